@@ -281,6 +281,25 @@ def _claim_run_folder(out: Path) -> None:
             )
 
 
+def run_intervals(episodes: list[Any], summary: dict[str, Any], env: Any, settings: Any) -> dict[str, Any]:
+    """`ci` (bootstrap interval per headline metric and pass rate, strict and loose) and `ci_settings`."""
+    from ifgym.stats import intervals, metric_names
+
+    ci = {
+        mode: intervals(
+            episodes,
+            env.summarize,
+            metric_names(summary[mode], env.headline_metrics),
+            loose=mode == "loose",
+            settings=settings,
+        )
+        if summary[mode]
+        else {}
+        for mode in ("strict", "loose")
+    }
+    return {"ci": ci, "ci_settings": settings.to_json()}
+
+
 def evaluate(cfg) -> dict[str, Any]:
     """Run `ifgym eval` for a composed config; returns the summary dict it also writes."""
     from omegaconf import OmegaConf
@@ -288,8 +307,13 @@ def evaluate(cfg) -> dict[str, Any]:
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.envs.rollout import run
     from ifgym.report import results_table, user_stats, write_plots, write_summary
+    from ifgym.stats import CISettings
 
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    # a bad interval setting fails now, not after the episodes
+    ci_settings = None
+    if resolved["ci"]:
+        ci_settings = CISettings(resolved["ci_resamples"], resolved["ci_level"], resolved["seed"])
     key = run_key(resolved)
     out = Path(resolved["output"] or f"runs/{resolved['env']['id'].split('/')[-1]}-{key}/episodes.jsonl")
     _claim_run_folder(out)
@@ -325,6 +349,8 @@ def evaluate(cfg) -> dict[str, Any]:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
     summary["output"] = str(out)
+    if ci_settings is not None:
+        summary.update(run_intervals(episodes, summary, first_env, ci_settings))
     plots = write_plots(episodes, summary, out.parent) if resolved["plots"] else {}
     if hasattr(first_env, "write_report"):  # env-specific files (FlexBench: dimension table, heatmap)
         plots.update(first_env.write_report(episodes, out.parent, plots=resolved["plots"]))

@@ -17,17 +17,40 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _interval(ci: dict[str, Any], name: str) -> str:
+    bounds = ci.get(name)
+    return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
+
+
 def results_table(summary: dict[str, Any]) -> str:
-    """Metrics side by side, strict and loose, as aligned plain text (strict only when `loose` is empty)."""
+    """Metrics side by side, strict and loose, as aligned plain text (strict only when `loose` is empty).
+
+    With intervals in the summary (`ci`), each value is followed by its bootstrap interval.
+    """
     strict, loose = summary["strict"], summary["loose"]
-    rows = [(name, _fmt(strict[name]), _fmt(loose.get(name, ""))) for name in strict]
+    ci = summary.get("ci") or {}
+    ci_strict, ci_loose = ci.get("strict", {}), ci.get("loose", {})
+    rows = [
+        (name, _fmt(strict[name]), _interval(ci_strict, name), _fmt(loose.get(name, "")), _interval(ci_loose, name))
+        for name in strict
+    ]
     width = max(len(r[0]) for r in rows) if rows else 6
+    columns = [("strict" if loose else "value", 1)]
+    if ci:
+        level = summary.get("ci_settings", {}).get("level", 0.95)
+        columns.append((f"{level:.0%} CI", 2))
     if loose:
-        lines = [f"{'metric':<{width}}  {'strict':>9}  {'loose':>9}", f"{'-' * width}  {'-' * 9}  {'-' * 9}"]
-        lines += [f"{name:<{width}}  {s:>9}  {lo:>9}" for name, s, lo in rows]
-    else:  # the env has no loose variant (e.g. FlexBench): one column, not a copy of it
-        lines = [f"{'metric':<{width}}  {'value':>9}", f"{'-' * width}  {'-' * 9}"]
-        lines += [f"{name:<{width}}  {s:>9}" for name, s, _ in rows]
+        columns.append(("loose", 3))
+        if ci:
+            columns.append((columns[1][0], 4))
+    widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
+    lines = [
+        "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
+        "  ".join(["-" * width, *("-" * w for w in widths)]),
+    ]
+    for row in rows:
+        cells = [f"{row[i]:>{w}}" for (_, i), w in zip(columns, widths, strict=True)]
+        lines.append("  ".join([f"{row[0]:<{width}}", *cells]).rstrip())
     if summary.get("user_stats"):
         lines.append("user simulator: " + ", ".join(f"{k} {v}" for k, v in summary["user_stats"].items()))
     for role, usage in summary.get("usage", {}).items():

@@ -65,6 +65,9 @@ class WandbLogger:
         for mode in ("strict", "loose"):
             for k, v in summary[mode].items():
                 self.run.summary[f"{mode}/{k}"] = v
+            for k, bounds in summary.get("ci", {}).get(mode, {}).items():  # bootstrap intervals, when computed
+                if bounds:
+                    self.run.summary[f"{mode}/{k}/ci_low"], self.run.summary[f"{mode}/{k}/ci_high"] = bounds
         table = wandb.Table(
             columns=[
                 "episode_id",

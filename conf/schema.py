@@ -120,6 +120,9 @@ class EvalConf:
     concurrency: int = _help("episodes run at once", 4)
     output: str | None = _help("episodes JSONL; re-running into it resumes. null = runs/<env>-<run_key>/", None)
     plots: bool = _help("write survival and per-group PNGs", True)
+    ci: bool = _help("95% bootstrap intervals over dialogues for the headline metrics and pass rates", True)
+    ci_resamples: int = _help("bootstrap draws per interval (seeded with `seed`)", 1000)
+    ci_level: float = _help("central share of the bootstrap draws an interval covers", 0.95)
     progress: bool = _help("show a progress bar", True)
 
 

@@ -16,6 +16,7 @@ import gymnasium as gym
 from ifgym.core import Episode, TurnRecord, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, UnknownNameError
+from ifgym.rewards.metrics import HEADLINE as METRICS_HEADLINE
 from ifgym.rewards.rubric import Patience, TurnOutcome, turn_outcome
 from ifgym.rewards.scorer import Scores, TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -26,6 +27,7 @@ class ChatEnv(gym.Env[list, str]):
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     env_name = "ifgym/Chat"
+    headline_metrics: tuple[str, ...] = METRICS_HEADLINE  # keys of `summarize` that get bootstrap intervals
 
     def __init_subclass__(cls, **kwargs: Any):
         """Give every env's constructor a did-you-mean for misspelt keyword arguments (gym.make passes them on)."""

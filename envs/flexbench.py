@@ -26,6 +26,7 @@ from ifgym.rewards.flexbench import (
     load_dimensions,
     write_report,
 )
+from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
 from ifgym.rewards.scorer import Scores
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
@@ -401,6 +402,7 @@ class FlexBenchEnv(ChatEnv):
 
     # --- metrics and rendering ------------------------------------------------------------------
     loose_metrics = False  # dimension verdicts have no loose variant: `ifgym eval` prints strict only
+    headline_metrics = FLEX_HEADLINE
 
     @staticmethod
     def summarize(episodes, loose: bool = False) -> dict[str, float]:

@@ -10,6 +10,7 @@ from ifgym.core import Episode
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
 
 CONTEXTS = ("golden", "own")
 GENERATORS = ("template", "llm")
@@ -269,6 +270,8 @@ class StructFlowEnv(ChatEnv):
         return info
 
     # --- metrics -------------------------------------------------------------------------------------
+    headline_metrics = STRUCTFLOW_HEADLINE
+
     @staticmethod
     def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
         """StructFlowBench's metrics (CSR, ISR, WCSR, DRFR and breakdowns) of finished episodes."""

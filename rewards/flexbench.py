@@ -1040,6 +1040,18 @@ def dimension_rates(dims: DimensionSet, scores: Sequence[FlexScores]) -> dict[st
     return out
 
 
+# The metrics a run is judged by (bootstrap intervals in `ifgym eval`'s summary).
+HEADLINE: tuple[str, ...] = (
+    "coverage",
+    "achievement",
+    "compliance",
+    "score",
+    "coverage_pooled",
+    "achievement_pooled",
+    "compliance_pooled",
+)
+
+
 def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
     """FlexBench's headline metrics over one SOP's episodes (flat dict of floats; NaN = n/a).
 

@@ -34,6 +34,7 @@ from ifgym.rewards.constraints import GROUPS
 from ifgym.rewards.rubric import TurnOutcome, turn_outcome
 
 __all__ = [
+    "HEADLINE",
     "EpisodeMetrics",
     "csr",
     "endurance",
@@ -265,6 +266,10 @@ def survival_curve(episodes: Sequence[Episode]) -> list[float]:
     lengths = [len(e.turns) for e in episodes]
     n = len(lengths)
     return [sum(length >= t for length in lengths) / n for t in range(max(lengths) + 1)]
+
+
+# The metrics a run is judged by (they get bootstrap intervals in `ifgym eval`'s summary).
+HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB")
 
 
 def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:

@@ -657,6 +657,7 @@ def _round(value: Any, ndigits: int | None) -> Any:
 
 SCRIPT_TASKS: tuple[str, ...] = (*TASKS, "mix")  # the benchmark script's task list, in its order
 METRICS = ("CSR", "ISR", "WCSR", "DRFR")
+HEADLINE = METRICS  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`'s summary)
 
 
 def _evaluated_record(record: Any, index: int, source: str) -> tuple[list[TurnRow], bool, int, int]:

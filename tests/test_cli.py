@@ -186,3 +186,25 @@ def test_two_runs_cannot_share_a_folder_for_their_summaries(tmp_path, capsys):
     assert "already holds the summary" in capsys.readouterr().err
     assert main([*args, f"output={tmp_path}"]) == 2  # a folder, not the episodes file
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_eval_writes_bootstrap_intervals_beside_the_point_estimates(tmp_path, capsys):
+    args = ["eval", "policy=scripted", "episodes=4", "env.max_turns=3", "progress=false", "plots=false"]
+    assert main([*args, f"output={tmp_path / 'a' / 'e.jsonl'}", "ci_resamples=200"]) == 0
+    table = capsys.readouterr().out
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    assert summary["ci_settings"] == {
+        "method": "percentile bootstrap over dialogues",
+        "resamples": 200,
+        "level": 0.95,
+        "seed": 0,
+    }
+    for mode in ("strict", "loose"):
+        low, high = summary["ci"][mode]["CSR"]
+        assert low <= summary[mode]["CSR"] <= high
+        assert "turns" not in summary["ci"][mode]  # counts get no interval
+    assert "95% CI" in table and f"[{low:.3f}, {high:.3f}]" in table
+    # ci=false: no intervals, no interval column
+    assert main([*args, f"output={tmp_path / 'b' / 'e.jsonl'}", "ci=false"]) == 0
+    assert "CI" not in capsys.readouterr().out
+    assert "ci" not in json.loads((tmp_path / "b" / "summary.json").read_text())

@@ -1,0 +1,206 @@
+"""How sure a run's numbers are: bootstrap intervals over dialogues, and paired comparison of two runs.
+
+Dialogues are the unit of resampling (turns of one dialogue are not independent). Every interval
+is a percentile bootstrap: the episodes are drawn with replacement `resamples` times with numpy's
+seeded generator, the env's own `summarize` is applied to each draw, and the interval is the
+middle `level` of the values (`numpy.nanpercentile`). Recomputing with `summarize` means an
+interval always measures what the point estimate measures, whatever its formula (pooled over
+turns, averaged over dialogues). A draw in which a metric is undefined (NaN, e.g. a group that
+no drawn dialogue contains) is left out of that metric's interval; a metric undefined in every
+draw, or a run of fewer than two dialogues, has no interval (None).
+
+`compare` pairs two runs' episodes by seed and reports, per metric, the difference B - A with a
+paired bootstrap interval (the same pairs drawn for both runs) and the p-value of a paired
+permutation test (`scipy.stats.permutation_test`, `permutation_type="samples"`: within each
+pair, which run an episode belongs to is swapped), two-sided, under the null hypothesis that the
+two runs' policies perform alike on these dialogues.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ifgym.core import Episode
+from ifgym.errors import ConfigError
+
+__all__ = ["CISettings", "compare", "intervals", "metric_names"]
+
+Summarize = Callable[..., dict[str, float]]
+
+
+@dataclass(frozen=True)
+class CISettings:
+    """How intervals are drawn: `resamples` bootstrap draws, central `level`, numpy generator `seed`."""
+
+    resamples: int = 1000
+    level: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.resamples, int) or isinstance(self.resamples, bool) or self.resamples < 1:
+            raise ConfigError(f"ci_resamples must be an int >= 1, got {self.resamples!r}")
+        if not isinstance(self.level, int | float) or not 0 < self.level < 1:
+            raise ConfigError(f"ci_level must be a number between 0 and 1 (e.g. 0.95), got {self.level!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ConfigError(f"the interval seed must be an int, got {self.seed!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        """What `summary.json` records beside the intervals."""
+        return {
+            "method": "percentile bootstrap over dialogues",
+            "resamples": self.resamples,
+            "level": self.level,
+            "seed": self.seed,
+        }
+
+
+def metric_names(summary: dict[str, float], headline: Sequence[str]) -> list[str]:
+    """The metrics that get an interval: the env's headline metrics and its pass rates (`pass_rate/...`)."""
+    return [k for k in summary if k in headline or k.startswith("pass_rate/")]
+
+
+def _values(summary: dict[str, float], metrics: Sequence[str]) -> list[float]:
+    out = []
+    for m in metrics:
+        v = summary.get(m, math.nan)
+        out.append(float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan)
+    return out
+
+
+def _percentiles(draws: np.ndarray, level: float) -> list[list[float] | None]:
+    """Per column, [low, high] of the finite draws, or None when there are none."""
+    tail = (1 - level) / 2 * 100
+    out: list[list[float] | None] = []
+    for column in draws.T:
+        finite = column[np.isfinite(column)]
+        if finite.size == 0:
+            out.append(None)
+            continue
+        low, high = np.percentile(finite, [tail, 100 - tail])
+        out.append([float(low), float(high)])
+    return out
+
+
+def intervals(
+    episodes: Sequence[Episode],
+    summarize: Summarize,
+    metrics: Sequence[str],
+    *,
+    loose: bool = False,
+    settings: CISettings | None = None,
+) -> dict[str, list[float] | None]:
+    """Bootstrap interval of each metric of `summarize(episodes, loose=loose)`, resampling dialogues."""
+    settings = settings or CISettings()
+    episodes = list(episodes)
+    if len(episodes) < 2 or not metrics:
+        return dict.fromkeys(metrics)
+    rng = np.random.default_rng(settings.seed)
+    draws = np.empty((settings.resamples, len(metrics)))
+    for b, row in enumerate(rng.integers(0, len(episodes), size=(settings.resamples, len(episodes)))):
+        draws[b] = _values(summarize([episodes[i] for i in row], loose=loose), metrics)
+    return dict(zip(metrics, _percentiles(draws, settings.level), strict=True))
+
+
+def _pairs(a: Sequence[Episode], b: Sequence[Episode]) -> tuple[list[Episode], list[Episode]]:
+    """The two runs' episodes ordered by seed, refusing runs whose seeds differ."""
+
+    def by_seed(episodes: Sequence[Episode], name: str) -> dict[int, Episode]:
+        seeds: dict[int, Episode] = {}
+        for e in episodes:
+            if e.seed is None:
+                raise ConfigError(f"run {name}: episode {e.episode_id!r} has no seed, so it cannot be paired")
+            if e.seed in seeds:
+                raise ConfigError(f"run {name}: seed {e.seed} occurs twice; each seed must name one episode")
+            seeds[e.seed] = e
+        return seeds
+
+    sa, sb = by_seed(a, "A"), by_seed(b, "B")
+    if set(sa) != set(sb):
+        only_a, only_b = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
+        raise ConfigError(
+            "the runs were played on different seeds, so their episodes cannot be paired: "
+            f"only in A: {_seed_list(only_a)}; only in B: {_seed_list(only_b)}. Re-run one of them with the "
+            "other's seed= and episodes="
+        )
+    if len(sa) < 2:
+        raise ConfigError(f"comparing runs needs at least 2 paired episodes; these have {len(sa)}")
+    order = sorted(sa)
+    return [sa[s] for s in order], [sb[s] for s in order]
+
+
+def _seed_list(seeds: list[int]) -> str:
+    if not seeds:
+        return "none"
+    shown = ", ".join(map(str, seeds[:10]))
+    return shown + (f" … ({len(seeds)} in all)" if len(seeds) > 10 else "")
+
+
+def compare(
+    episodes_a: Sequence[Episode],
+    episodes_b: Sequence[Episode],
+    summarize: Summarize,
+    metrics: Sequence[str],
+    *,
+    loose: bool = False,
+    settings: CISettings | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per metric: A, B, B - A, a paired bootstrap interval of B - A, and a paired permutation p-value.
+
+    Episodes are paired by seed (both runs must hold the same seeds). Returns
+    `{metric: {"a", "b", "diff", "ci": [low, high] | None, "p_value": float | None}}`; a metric
+    undefined in either run has diff NaN and no interval or p-value.
+    """
+    from scipy.stats import permutation_test
+
+    settings = settings or CISettings()
+    a, b = _pairs(episodes_a, episodes_b)
+    n = len(a)
+    pool = a + b  # index i < n is run A's episode of pair i, n + i run B's
+    cache: dict[bytes, list[float]] = {}
+
+    def values(index: np.ndarray) -> list[float]:
+        key = index.tobytes()
+        if key not in cache:
+            cache[key] = _values(summarize([pool[i] for i in index], loose=loose), metrics)
+        return cache[key]
+
+    point_a, point_b = values(np.arange(n)), values(np.arange(n, 2 * n))
+    rng = np.random.default_rng(settings.seed)
+    draws = np.empty((settings.resamples, len(metrics)))
+    for r, row in enumerate(rng.integers(0, n, size=(settings.resamples, n))):
+        # the two runs' values over the same drawn pairs; not cached (draws rarely repeat)
+        va = _values(summarize([a[i] for i in row], loose=loose), metrics)
+        vb = _values(summarize([b[i] for i in row], loose=loose), metrics)
+        draws[r] = np.subtract(vb, va)
+    cis = _percentiles(draws, settings.level)
+
+    out: dict[str, dict[str, Any]] = {}
+    for k, metric in enumerate(metrics):
+        diff = point_b[k] - point_a[k]
+        entry: dict[str, Any] = {"a": point_a[k], "b": point_b[k], "diff": diff, "ci": None, "p_value": None}
+        if math.isfinite(diff):
+            entry["ci"] = cis[k]
+
+            def statistic(x: np.ndarray, y: np.ndarray, k: int = k) -> float:
+                return values(y)[k] - values(x)[k]
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # NaN draws compare as False: conservative
+                # the same seed for every metric: the same permutations, so `values` answers from its cache
+                test = permutation_test(
+                    (np.arange(n), np.arange(n, 2 * n)),
+                    statistic,
+                    permutation_type="samples",
+                    n_resamples=settings.resamples,
+                    vectorized=False,
+                    rng=settings.seed,
+                )
+            entry["p_value"] = float(test.pvalue)
+        out[metric] = entry
+    return out

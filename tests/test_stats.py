@@ -1,0 +1,112 @@
+"""Bootstrap intervals over dialogues and the paired comparison of two runs, on hand-built episodes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
+from ifgym.errors import ConfigError
+from ifgym.rewards.constraints import Constraint
+from ifgym.rewards.metrics import HEADLINE, summarize
+from ifgym.stats import CISettings, compare, intervals, metric_names
+
+WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})
+
+
+def episode(seed: int, labels: list[str]) -> Episode:
+    """One episode whose turns each carry one constraint with the given label."""
+    turns = [
+        TurnRecord(i, "u", TurnSpec((WORDS,)), "r", [Verdict(label, "t")], [Verdict(label, "t")], 0.0)
+        for i, label in enumerate(labels)
+    ]
+    return Episode(f"e{seed}", "ifgym/EvolIF-v0", seed, turns, "max_turns")
+
+
+def run(n: int, pass_every: int, offset: int = 0) -> list[Episode]:
+    """n two-turn episodes; episode k passes both turns when (k + offset) % pass_every == 0, else fails both."""
+    return [episode(k, ["yes", "yes"] if (k + offset) % pass_every == 0 else ["no", "no"]) for k in range(n)]
+
+
+def width(bounds):
+    return bounds[1] - bounds[0]
+
+
+def test_the_interval_covers_the_estimate_and_narrows_with_more_dialogues():
+    # the same mixture (half the dialogues pass) with 10 and with 160 dialogues: CSR is 0.5 in both
+    small, large = run(10, 2), run(160, 2)
+    assert summarize(small)["CSR"] == summarize(large)["CSR"] == 0.5
+    ci_small = intervals(small, summarize, ["CSR"])["CSR"]
+    ci_large = intervals(large, summarize, ["CSR"])["CSR"]
+    assert ci_small[0] <= 0.5 <= ci_small[1] and ci_large[0] <= 0.5 <= ci_large[1]
+    # the standard error falls as 1/sqrt(n): 16x the dialogues, about a quarter of the width
+    assert width(ci_large) < width(ci_small) / 2.5
+
+
+def test_intervals_are_seeded_and_resample_whole_dialogues():
+    episodes = run(12, 3)
+    a = intervals(episodes, summarize, ["CSR", "ISR"], settings=CISettings(200, 0.9, seed=7))
+    b = intervals(episodes, summarize, ["CSR", "ISR"], settings=CISettings(200, 0.9, seed=7))
+    assert a == b
+    # every dialogue passes or fails as a whole, so a draw's CSR is a multiple of 1/12: so are the bounds
+    for bound in a["CSR"]:
+        assert math.isclose(bound * 12, round(bound * 12), abs_tol=1e-9)
+
+
+def test_no_interval_from_one_dialogue_or_for_an_undefined_metric():
+    assert intervals(run(1, 1), summarize, ["CSR"]) == {"CSR": None}
+    unknown = [episode(k, ["unknown"]) for k in range(5)]  # CSR is NaN in every draw
+    assert intervals(unknown, summarize, ["CSR"]) == {"CSR": None}
+
+
+def test_constant_metrics_have_a_point_interval():
+    assert intervals(run(6, 1), summarize, ["CSR"]) == {"CSR": [1.0, 1.0]}
+
+
+def test_metric_names_are_the_headline_metrics_and_pass_rates():
+    names = metric_names(summarize(run(4, 2)), HEADLINE)
+    assert set(names) == {*HEADLINE, "pass_rate/length"}
+
+
+@pytest.mark.parametrize("bad", [{"resamples": 0}, {"level": 1.5}, {"level": 0}, {"seed": "x"}])
+def test_bad_settings_name_the_key(bad):
+    with pytest.raises(ConfigError, match="ci_resamples|ci_level|seed"):
+        CISettings(**bad)
+
+
+def test_compare_finds_a_known_difference():
+    # A passes every dialogue; B passes 1 in 4 (on the same seeds): B - A = -0.75 on CSR
+    a, b = run(40, 1), run(40, 4)
+    result = compare(a, b, summarize, ["CSR", "EDR_len"], settings=CISettings(500))
+    csr = result["CSR"]
+    assert (csr["a"], csr["b"], csr["diff"]) == (1.0, 0.25, -0.75)
+    assert csr["ci"][0] <= -0.75 <= csr["ci"][1] < 0
+    # 40 pairs, 30 of them differ: a permutation p-value as low as the 500 draws can show
+    assert csr["p_value"] < 0.01
+    # both runs play two turns per dialogue: no difference, p = 1
+    assert result["EDR_len"]["diff"] == 0.0 and result["EDR_len"]["ci"] == [0.0, 0.0]
+    assert result["EDR_len"]["p_value"] == 1.0
+
+
+def test_compare_without_a_difference_is_not_significant():
+    # the same share of passing dialogues, on different seeds of the pair: no real difference
+    a, b = run(40, 2), run(40, 2, offset=1)
+    csr = compare(a, b, summarize, ["CSR"], settings=CISettings(500))["CSR"]
+    assert csr["diff"] == 0.0 and csr["ci"][0] < 0 < csr["ci"][1]
+    assert csr["p_value"] > 0.5
+
+
+def test_compare_pairs_by_seed_whatever_the_order():
+    a, b = run(10, 1), run(10, 2)
+    forward = compare(a, b, summarize, ["CSR"], settings=CISettings(100))
+    shuffled = compare(list(reversed(a)), b, summarize, ["CSR"], settings=CISettings(100))
+    assert forward == shuffled
+
+
+def test_compare_refuses_runs_on_different_seeds():
+    a, b = run(4, 1), run(5, 1)
+    with pytest.raises(ConfigError, match=r"different seeds.*only in A: none; only in B: 4"):
+        compare(a, b, summarize, ["CSR"])
+    with pytest.raises(ConfigError, match="seed 0 occurs twice"):
+        compare([*a, a[0]], b, summarize, ["CSR"])
