@@ -12,7 +12,20 @@ from typing import Any
 
 from ifgym.errors import ConfigError, DataFormatError
 
-__all__ = ["read_json_file"]
+__all__ = ["not_a_folder", "read_json_file"]
+
+
+def not_a_folder(path: str | Path, what: str) -> Path:
+    """`path` as a Path; a ConfigError naming `what` when it is a folder (a file was expected).
+
+    Every reader of a user-given file calls it first, so a folder never ends in IsADirectoryError.
+    """
+    path = Path(path).expanduser()
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+        example = f", e.g. {path / inside[0]}" if inside else ""
+        raise ConfigError(f"{what} {str(path)!r} is a folder; give the file itself{example}")
+    return path
 
 
 def read_json_file(path: Path, what: str, *, empty_hint: str = "") -> Any:
@@ -22,6 +35,7 @@ def read_json_file(path: Path, what: str, *, empty_hint: str = "") -> Any:
     DataFormatError naming the file (its content is wrong). `empty_hint` follows the empty-file
     message, to say what the file should hold.
     """
+    path = not_a_folder(path, what)
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     raw = path.read_text(encoding="utf-8")

@@ -20,6 +20,7 @@ import gymnasium as gym
 
 import ifgym  # noqa: F401
 from ifgym.llm import CannedClient
+from ifgym.simulators.structflow import DATASETS
 
 REPLY = (
     "Here is an answer that covers the main points.\n\n"
@@ -27,7 +28,7 @@ REPLY = (
     "- Second, the details you asked about.\n\n"
     "That is the short version; ask if you want more."
 )
-DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "data" / "structflowbench" / "StructFlowBench.json"
+DEFAULT_DATASET = DATASETS["structflowbench"]
 
 
 def all_yes(messages: list[dict[str, str]]) -> str:

@@ -30,9 +30,11 @@ class StructFlowEnv(ChatEnv):
     a follow-up, a refinement, a recall, an expansion (fan-out), a summary (fan-in) or as unrelated.
     Each turn comes with a checklist of yes/no items: intra-turn constraints (StructFlowBench's eight
     types) and, for the five structural relations, one structural item. With `dataset=` the env
-    replays StructFlowBench's dialogues; without it, it generates dialogues from structure templates
-    × topics × task types × user types (offline and seeded with `generator="template"`, whose
-    intra-turn items are all rule-checkable; or through a user model with `generator="llm"`).
+    replays StructFlowBench's dialogues (`dataset="structflowbench"`: the 155 dialogues that ship
+    with ifgym, MIT, see `ifgym/simulators/assets/structflowbench/SOURCE`); without it, it generates
+    dialogues from structure templates × topics × task types × user types (offline and seeded with
+    `generator="template"`, whose intra-turn items are all rule-checkable; or through a user model
+    with `generator="llm"`).
 
     ## Action Space
     `ReplySpace`: the assistant's reply, any `str` up to `max_reply_chars` characters.
@@ -79,7 +81,7 @@ class StructFlowEnv(ChatEnv):
     ## Arguments
     | argument | default | meaning |
     |---|---|---|
-    | `dataset` | `None` | path to StructFlowBench.json to replay; None = generate dialogues |
+    | `dataset` | `None` | `"structflowbench"` (packaged) or a path to a file in its format; None = generate |
     | `context` | `None` | `"golden"` (reference answers as history) or `"own"`; None = see Observation Space |
     | `generator` | `"template"` | without a dataset: `"template"` (offline) or `"llm"` (needs `user_llm`) |
     | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
@@ -88,7 +90,7 @@ class StructFlowEnv(ChatEnv):
     | `judge_rule_items` | `False` | True: the judge also answers rule-checkable items (the benchmark's way) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
-    | `templates` | `None` | structure templates: a path (ifgym's or StructFlowBench's format); None = packaged |
+    | `templates` | `None` | structure templates: `"structflowbench"` (packaged) or a path; None = ifgym's own |
     | `topics` | `None` | topic bank path; None = packaged |
     | `tasks`, `user_types` | `None` | restrict the task types / user types drawn |
     | `constraints_per_turn` | `(1, 2)` | rule constraints of a generated turn (low, high) |

@@ -16,9 +16,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ifgym.errors import DataFormatError
+from ifgym.errors import DataFormatError, UnknownNameError
+from ifgym.files import not_a_folder
 
-__all__ = ["Style", "Topic", "load_styles", "load_topics", "styles_from_json", "topics_from_json"]
+__all__ = [
+    "STRUCTFLOWBENCH_DIR",
+    "Style",
+    "Topic",
+    "load_styles",
+    "load_topics",
+    "packaged_or_path",
+    "styles_from_json",
+    "topics_from_json",
+]
+
+# StructFlowBench's dataset and structure templates ship unmodified (MIT): LICENSE and SOURCE (upstream
+# repository and commit) are in the same folder.
+STRUCTFLOWBENCH_DIR = Path(str(importlib.resources.files("ifgym.simulators") / "assets" / "structflowbench"))
+
+
+def packaged_or_path(value: str | Path, packaged: Mapping[str, Path], what: str) -> Path:
+    """The file `value` names: a packaged file by its name (a key of `packaged`), or a path to a file.
+
+    A bare word that is neither a packaged name nor an existing file is an UnknownNameError with a
+    did-you-mean; a folder is a ConfigError. `what` names the file in errors (e.g. "dataset").
+    """
+    text = str(value)
+    if isinstance(value, str) and text in packaged:
+        return packaged[text]
+    path = Path(text).expanduser()
+    bare_word = isinstance(value, str) and "/" not in text and "\\" not in text and path.suffix == ""
+    if bare_word and not path.exists():
+        raise UnknownNameError(f"{what} name", text, packaged)
+    return not_a_folder(path, what)
 
 
 @dataclass(frozen=True)

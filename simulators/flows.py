@@ -33,6 +33,7 @@ from typing import Any
 
 from ifgym.core import ChecklistItem
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError, did_you_mean
+from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, packaged_or_path
 
 __all__ = [
     "INTRA_TYPES",
@@ -40,6 +41,7 @@ __all__ = [
     "RELATIONS",
     "STRUCTURAL_TYPES",
     "STRUCTURAL_WEIGHT",
+    "TEMPLATE_SETS",
     "TYPE_WEIGHTS",
     "Edge",
     "Flow",
@@ -66,6 +68,8 @@ INTRA_TYPES: tuple[str, ...] = (
 STRUCTURAL_TYPES: tuple[str, ...] = ("follow-up", "refinement", "expansion", "summary", "recall")
 ITEM_TYPES: tuple[str, ...] = INTRA_TYPES + STRUCTURAL_TYPES
 STRUCTURAL_WEIGHT = 2.0
+# Template sets that ship with ifgym, by the name `load_templates` / `templates=` accepts in place of a path.
+TEMPLATE_SETS = {"structflowbench": STRUCTFLOWBENCH_DIR / "template.json"}
 TYPE_WEIGHTS: dict[str, float] = {t: 1.0 for t in INTRA_TYPES} | {t: STRUCTURAL_WEIGHT for t in STRUCTURAL_TYPES}
 
 
@@ -409,5 +413,10 @@ def _load_templates(path: str | None) -> tuple[Flow, ...]:
 
 
 def load_templates(path: str | Path | None = None) -> tuple[Flow, ...]:
-    """Structure templates: ifgym's packaged set, or the file at `path` (either format). Cached per path."""
-    return _load_templates(None if path is None else str(path))
+    """Structure templates: ifgym's own set, a packaged set by name, or the file at `path` (either format).
+
+    Packaged names: `TEMPLATE_SETS` ("structflowbench": StructFlowBench's template.json). Cached per path.
+    """
+    if path is None:
+        return _load_templates(None)
+    return _load_templates(str(packaged_or_path(path, TEMPLATE_SETS, "structure templates")))

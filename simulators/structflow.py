@@ -50,7 +50,7 @@ from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
 from ifgym.errors import ConfigError, DataFormatError, GenerationError, IfgymError, UnknownNameError, did_you_mean
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.constraints import RULE_GROUPS, Constraint
-from ifgym.simulators.assets_io import Topic, load_topics
+from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, Topic, load_topics, packaged_or_path
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig
 from ifgym.simulators.flows import (
@@ -67,6 +67,7 @@ from ifgym.simulators.flows import (
 from ifgym.simulators.render import phrasings
 
 __all__ = [
+    "DATASETS",
     "GROUP_TYPES",
     "TASKS",
     "USER_TYPES",
@@ -91,6 +92,9 @@ Message = dict[str, str]
 # ---------------------------------------------------------------------------------------------
 # Task types and user types (the benchmark's names; the definitions are ours)
 # ---------------------------------------------------------------------------------------------
+
+# Datasets that ship with ifgym, by the name `load_dataset` / `dataset=` accepts in place of a path.
+DATASETS = {"structflowbench": STRUCTFLOWBENCH_DIR / "StructFlowBench.json"}
 
 
 @dataclass(frozen=True)
@@ -452,12 +456,15 @@ def _load_dataset(path: str, mtime_ns: int, size: int) -> tuple[Dialogue, ...]:
 
 
 def load_dataset(path: str | Path) -> tuple[Dialogue, ...]:
-    """StructFlowBench's dataset file as dialogues (cached while the file is unchanged)."""
-    p = Path(path)
+    """A dataset as dialogues: a packaged one by name (`DATASETS`), or a file in StructFlowBench's format.
+
+    Cached while the file is unchanged.
+    """
+    p = packaged_or_path(path, DATASETS, "dataset")
     try:
         stat = p.stat()
     except FileNotFoundError:
-        raise DataFormatError(f"{p}: no such file (pass the path of StructFlowBench.json)") from None
+        raise DataFormatError(f"{p}: no such file (pass a path, or a packaged name: {', '.join(DATASETS)})") from None
     return _load_dataset(str(p), stat.st_mtime_ns, stat.st_size)
 
 

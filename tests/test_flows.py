@@ -7,12 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
-from support.shared_data import STRUCTFLOW_DIR
 
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.simulators.flows import (
     RELATIONS,
     STRUCTURAL_TYPES,
+    TEMPLATE_SETS,
     TYPE_WEIGHTS,
     Edge,
     Flow,
@@ -24,17 +24,11 @@ from ifgym.simulators.flows import (
     turn_name,
 )
 
-# StructFlowBench's released files live next to the checkout (../shared), never in the package.
-SHARED = STRUCTFLOW_DIR
-
 
 @pytest.fixture
 def template_json():
-    """The shared template.json; a clear failure (not an import error) when the file is absent."""
-    path = SHARED / "template.json"
-    if not path.is_file():
-        pytest.fail(f"template.json not found at {path}: this test needs the shared data folder")
-    return path
+    """StructFlowBench's template.json as it ships in the package."""
+    return TEMPLATE_SETS["structflowbench"]
 
 
 def edges(*triples):

@@ -51,6 +51,8 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
         flexbench += [f"ifgym/simulators/assets/sops/{sop}.md", f"ifgym/simulators/assets/sops/{sop}.user.json"]
         flexbench.append(f"ifgym/rewards/assets/flexbench/{sop}.dimensions.json")
     assert [f for f in flexbench if f not in names] == []  # FlexBench runs offline from the wheel
+    sfb = "ifgym/simulators/assets/structflowbench/"
+    assert [f for f in ("StructFlowBench.json", "template.json", "LICENSE", "SOURCE") if sfb + f not in names] == []
     assert "tests/" not in names and "benchmarks/" not in names
 
     env_dir = tmp_path / "venv"
@@ -64,3 +66,10 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     )
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == "user"
+    # the packaged StructFlowBench replays by name from the installed wheel (no ../shared beside it)
+    replay = (
+        "import gymnasium as gym, ifgym; e = gym.make('ifgym/StructFlow-v0', dataset='structflowbench', "
+        "allow_unjudged=True); o, _ = e.reset(seed=154); print(len(o) > 0, e.unwrapped.dataset)"
+    )
+    out = subprocess.run([str(py), "-c", replay], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "True structflowbench"

@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 from support.canned_server import CannedServer
-from support.shared_data import STRUCTFLOW_DIR
 
 import ifgym
 from ifgym.envs.rollout import rollout
@@ -29,9 +28,10 @@ from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient, LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
 from ifgym.rewards.constraints import Constraint, conflicts
-from ifgym.simulators.flows import STRUCTURAL_TYPES
+from ifgym.simulators.flows import STRUCTURAL_TYPES, load_templates
 from ifgym.simulators.render import phrasings
 from ifgym.simulators.structflow import (
+    DATASETS,
     GenerationError,
     LLMDialogueGenerator,
     StructFlowUser,
@@ -42,15 +42,13 @@ from ifgym.simulators.structflow import (
     unstated,
 )
 
-# StructFlowBench's released file lives next to the checkout (../shared), never in the package.
-DATASET = STRUCTFLOW_DIR / "StructFlowBench.json"
+# StructFlowBench's released file, as it ships in the package.
+DATASET = DATASETS["structflowbench"]
 
 
 @pytest.fixture(scope="session")
 def dataset():
-    """The shared dataset's path; a clear failure (not an import error) when the file is absent."""
-    if not DATASET.is_file():
-        pytest.fail(f"StructFlowBench.json not found at {DATASET}: these tests need the shared data folder")
+    """The packaged dataset's path."""
     return str(DATASET)
 
 
@@ -611,11 +609,27 @@ def test_dialogue_option_rejects_non_indexes(dataset, choice):
         ({"dataset": str(DATASET), "tasks": ["Casual Chat"]}, ConfigError, "apply only without it"),
         ({"reward": "wcsr"}, UnknownNameError, "reward mode"),
         ({"dataset": "/nonexistent/StructFlowBench.json"}, DataFormatError, "no such file"),
+        ({"dataset": "structflowbnch"}, UnknownNameError, "Did you mean 'structflowbench'"),  # a misspelt name
+        ({"dataset": str(DATASET.parent)}, ConfigError, "is a folder; give the file itself"),  # the folder
+        ({"templates": "structflowbench2"}, UnknownNameError, "unknown structure templates name"),
     ],
 )
 def test_bad_env_arguments(kwargs, error, fragment):
     with pytest.raises(error, match=fragment):
         gym.make("ifgym/StructFlow-v0", **kwargs)
+
+
+def test_the_packaged_dataset_replays_by_name_and_ships_its_licence_and_source():
+    env = gym.make("ifgym/StructFlow-v0", dataset="structflowbench", allow_unjudged=True).unwrapped
+    obs, _ = env.reset(seed=0)
+    by_path = gym.make("ifgym/StructFlow-v0", dataset=str(DATASET), allow_unjudged=True).unwrapped
+    assert obs == by_path.reset(seed=0)[0]  # the name is the packaged file
+    assert env.dataset == "structflowbench" and len(load_dataset("structflowbench")) == 155
+    source = (DATASET.parent / "SOURCE").read_text()
+    assert "MLGroupJLU/StructFlowBench" in source and "5a65141d21285c2519d82380eeb828c2d70a593d" in source
+    assert (DATASET.parent / "LICENSE").read_text().startswith("MIT License")
+    flows = load_templates("structflowbench")  # its template.json, by name too
+    assert len(flows) == 14 and flows[0].id == "structflowbench-1"
 
 
 def test_golden_context_needs_answers_in_the_file(tmp_path, raw):

@@ -11,7 +11,6 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
-from support.shared_data import STRUCTFLOW_DIR
 
 import ifgym  # noqa: F401
 from ifgym.core import ChecklistItem, TurnSpec
@@ -29,6 +28,7 @@ from ifgym.rewards.structflow import (
     score_file,
 )
 from ifgym.simulators.flows import TYPE_WEIGHTS
+from ifgym.simulators.structflow import DATASETS
 
 TASK_ORDER = [
     "Fact-based Q&A",
@@ -40,15 +40,13 @@ TASK_ORDER = [
     "Task-oriented Role-playing",
     "mix",
 ]  # the benchmark script's task list, in its order
-# StructFlowBench's released file lives next to the checkout (../shared), never in the package.
-DATASET = STRUCTFLOW_DIR / "StructFlowBench.json"
+# StructFlowBench's released file, as it ships in the package.
+DATASET = DATASETS["structflowbench"]
 
 
 @pytest.fixture(scope="session")
 def raw():
-    """The shared dataset's records; a clear failure (not an import error) when the file is absent."""
-    if not DATASET.is_file():
-        pytest.fail(f"StructFlowBench.json not found at {DATASET}: these tests need the shared data folder")
+    """The packaged dataset's records."""
     return json.loads(DATASET.read_text(encoding="utf-8"))
 
 
@@ -472,7 +470,7 @@ def reference(records):
     return out, {task: {k: np.mean(v) for k, v in d.items()} for task, d in tasks.items()}
 
 
-def test_score_file_on_the_whole_shared_dataset_matches_the_definitions(tmp_path, raw):
+def test_score_file_on_the_whole_packaged_dataset_matches_the_definitions(tmp_path, raw):
     judge = lambda r, k, j: "No" if (r * 7 + k * 3 + j) % 5 == 0 else "Yes"  # noqa: E731 - a fixed pattern
     data = evaluated(raw, judge)
     s = score_file(write(tmp_path, data))
