@@ -339,9 +339,11 @@ def evaluate(cfg) -> dict[str, Any]:
         progress=resolved["progress"],
         on_episode=logger.log_episode if logger else None,
     )
-    # an env without a loose variant (FlexBench) says so; its table then has no loose column
-    loose = summarize(episodes, loose=True) if getattr(first_env, "loose_metrics", True) else {}
-    summary = {"strict": summarize(episodes), "loose": loose}
+    # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
+    semantics = getattr(first_env, "checker_semantics", "ifgym")
+    has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
+    loose = summarize(episodes, loose=True) if has_loose else {}
+    summary = {"strict": summarize(episodes), "loose": loose, "checker_semantics": semantics}
     summary["usage"] = {role: client.usage.to_json() for role, client in clients.items()}
     summary["user_stats"] = user_stats(episodes)
     cost = policy_cost(episodes)

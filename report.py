@@ -51,6 +51,8 @@ def results_table(summary: dict[str, Any]) -> str:
     for row in rows:
         cells = [f"{row[i]:>{w}}" for (_, i), w in zip(columns, widths, strict=True)]
         lines.append("  ".join([f"{row[0]:<{width}}", *cells]).rstrip())
+    if summary.get("checker_semantics") == "evolif":
+        lines.append("checker semantics: evolif (the verdicts of EvolIF's released evaluator, one reading)")
     if summary.get("user_stats"):
         lines.append("user simulator: " + ", ".join(f"{k} {v}" for k, v in summary["user_stats"].items()))
     for role, usage in summary.get("usage", {}).items():

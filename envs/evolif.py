@@ -9,7 +9,7 @@ from typing import Any
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import LLMConfig, make_client
-from ifgym.rewards.constraints import GROUPS, JUDGED_GROUPS, RULE_GROUPS
+from ifgym.rewards.constraints import GROUPS, JUDGED_GROUPS, RULE_GROUPS, SEMANTICS
 from ifgym.rewards.scorer import Scorer
 
 RENDERERS = ("template", "llm")
@@ -65,6 +65,7 @@ class EvolIFEnv(ChatEnv):
     |---|---|---|
     | `renderer` | `"template"` | `"template"` (offline, deterministic) or `"llm"` (a user model writes it) |
     | `judge` | `"rules"` | `"rules"`: only rule-checked groups are sampled; `"llm"`: judged groups too |
+    | `checker_semantics` | `"ifgym"` | `"ifgym"` (strict + loose, stricter) or `"evolif"` (EvolIF's evaluator) |
     | `patience` | `3` | int, or `None` to switch patience off |
     | `max_turns` | `20` | truncation length (int or `None`) |
     | `reward` | `"fraction"` | `"fraction"`, `"all_pass"` or `"weighted"` |
@@ -90,6 +91,7 @@ class EvolIFEnv(ChatEnv):
         *,
         renderer: str = "template",
         judge: str = "rules",
+        checker_semantics: str = "ifgym",
         patience: int | None = 3,
         max_turns: int | None = 20,
         reward: str = "fraction",
@@ -111,6 +113,9 @@ class EvolIFEnv(ChatEnv):
             raise UnknownNameError("renderer", renderer, RENDERERS)
         if judge not in JUDGES:
             raise UnknownNameError("judge", judge, JUDGES)
+        if checker_semantics not in SEMANTICS:
+            raise UnknownNameError("checker_semantics", checker_semantics, SEMANTICS)
+        self.checker_semantics = checker_semantics
         # an LLM user or judge makes episodes nondeterministic: record them under the LLM id
         self.env_name = env_name or ("ifgym/EvolIF-LLM-v0" if "llm" in (renderer, judge) else self.env_name)
         if reward_weights:
@@ -144,7 +149,8 @@ class EvolIFEnv(ChatEnv):
                 client=resolve_client(user_llm, "user") if renderer == "llm" else None,
                 k=regenerations,
             )
-        scorer = Scorer(LLMJudge(resolve_client(judge_llm, "judge")) if judge == "llm" else None)
+        judge_model = LLMJudge(resolve_client(judge_llm, "judge")) if judge == "llm" else None
+        scorer = Scorer(judge_model, semantics=checker_semantics)
         super().__init__(
             user=user,
             scorer=scorer,
@@ -156,3 +162,7 @@ class EvolIFEnv(ChatEnv):
             max_reply_chars=max_reply_chars,
             render_mode=render_mode,
         )
+
+    def _start(self, seed: int | None) -> None:
+        super()._start(seed)
+        self._episode.meta["checker_semantics"] = self.checker_semantics  # which rules produced the verdicts

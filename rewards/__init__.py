@@ -8,12 +8,13 @@ from ifgym.rewards.constraints import (
     JUDGED_GROUPS,
     REGISTRY,
     RULE_GROUPS,
+    SEMANTICS,
     Constraint,
     check,
     conflicts,
     ids_in_group,
 )
-from ifgym.rewards.evolif_compat import from_evolif, to_evolif
+from ifgym.rewards.evolif_compat import evolif_check, from_evolif, to_evolif
 from ifgym.rewards.judge import LLMJudge
 from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.rubric import Patience, turn_outcome
@@ -25,6 +26,7 @@ __all__ = [
     "JUDGED_GROUPS",
     "REGISTRY",
     "RULE_GROUPS",
+    "SEMANTICS",
     "Constraint",
     "ConstraintReward",
     "LLMJudge",
@@ -33,6 +35,7 @@ __all__ = [
     "Scores",
     "check",
     "conflicts",
+    "evolif_check",
     "export_prompt_rows",
     "from_evolif",
     "group_pass_rates",

@@ -6,7 +6,8 @@ READER_AGES, LENGTH_UNITS) are the values a sampler draws from.
 
 Where ifgym's rules differ from EvolIF's own checkers, the class docstring says so; in short we
 are stricter about formats (CSV needs a real table, Markdown needs Markdown, HTML needs balanced
-tags) and we never turn a failing tool into a pass.
+tags) and we never turn a failing tool into a pass. EvolIF's own verdicts are one call away:
+`check(constraint, reply, semantics="evolif")` (see `ifgym.rewards.evolif_compat`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ LENGTH_UNITS: tuple[str, ...] = ("words", "paragraphs", "characters", "sentences
 EMOTIONS: tuple[str, ...] = ("happy", "sad", "neutral", "angry", "excited", "frustrated")
 STYLES: tuple[str, ...] = ("formal", "informal", "active voice", "passive voice")
 READER_AGES: tuple[str, ...] = ("child", "youth", "adult", "senior")
-MAX_KEYWORDS = 3
 
 # ---------------------------------------------------------------------------------------------
 # Param validation helpers. Each raises ConstraintParamsError naming id, field, value, allowed.
@@ -107,11 +107,16 @@ def _choice(cid: str, field: str, value: Any, allowed: tuple[str, ...]) -> str:
 
 
 def _keyword(cid: str, field: str, value: Any) -> str:
-    """A keyword: a stripped one-line string containing at least one word character."""
+    """A keyword: a stripped string containing at least one word character.
+
+    Inner whitespace is kept as given, newlines included: EvolIF's files hold such keywords and its
+    checker compares them verbatim (`semantics="evolif"`); ifgym's own matching treats any run of
+    whitespace between the words of a phrase alike, so the spelling of the gap does not matter there.
+    """
     keyword = _text(cid, field, value, "a non-empty word or phrase")
-    if "\n" in keyword or not re.search(r"\w", keyword):
-        raise params_error(cid, field, value, "a one-line word or phrase containing letters or digits")
-    return " ".join(keyword.split())  # one space between the words of a phrase
+    if not re.search(r"\w", keyword):
+        raise params_error(cid, field, value, "a word or phrase containing letters or digits")
+    return keyword
 
 
 def _plural(n: int, one: str, many: str | None = None) -> str:
@@ -896,21 +901,24 @@ def count_bullets(text: str) -> int:
 class BulletsCount(ConstraintType):
     """Exactly `n` bullet lines (see `count_bullets`).
 
-    EvolIF counts lines starting with '*' or '-'; we also accept '+' (a Markdown bullet) and skip
-    code blocks and thematic breaks.
+    `n = 0` means no bullet points at all (EvolIF's `countableItems {"num": 0}`). EvolIF counts
+    lines starting with '*' or '-'; we also accept '+' (a Markdown bullet) and skip code blocks
+    and thematic breaks.
     """
 
     id, group = "bullets.count", "bullets"
 
     @classmethod
     def normalize(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Params {n}: an integer >= 1."""
+        """Params {n}: an integer >= 0 (0: no bullet points)."""
         _fields(cls.id, params, ("n",))
-        return {"n": _int(cls.id, "n", params["n"], 1)}
+        return {"n": _int(cls.id, "n", params["n"], 0)}
 
     @classmethod
     def describe(cls, params: Mapping[str, Any]) -> str:
         """E.g. "Include exactly 3 bullet points, each on its own line starting with '* ' or '- '."."""
+        if params["n"] == 0:
+            return "Do not use any bullet points (no lines starting with '* ' or '- ')."
         return (
             f"Include exactly {_plural(params['n'], 'bullet point')}, each on its own line starting with '* ' or '- '."
         )
@@ -994,13 +1002,13 @@ class _LengthType(ConstraintType):
 
     @classmethod
     def normalize(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Params {relation: less_than|more_than|exactly, n: int >= 1}."""
+        """Params {relation: less_than|more_than|exactly, n: int >= 0} (EvolIF accepts 0, e.g. more_than 0)."""
         _fields(cls.id, params, ("relation", "n"))
         relation = params["relation"]
         if relation not in RELATIONS:
             hint = did_you_mean(relation, RELATIONS) if isinstance(relation, str) else ""
             raise params_error(cls.id, "relation", relation, f"one of {', '.join(RELATIONS)}.{hint}".rstrip("."))
-        return {"relation": relation, "n": _int(cls.id, "n", params["n"], 1)}
+        return {"relation": relation, "n": _int(cls.id, "n", params["n"], 0)}
 
     @classmethod
     def describe(cls, params: Mapping[str, Any]) -> str:
@@ -1011,6 +1019,8 @@ class _LengthType(ConstraintType):
         if relation == "less_than":
             return f"Keep your reply under {amount}.{extra}"
         if relation == "more_than":
+            if n == 0:
+                return f"Write at least one {cls.unit[:-1]}.{extra}"
             return f"Write more than {amount}.{extra}"
         return f"Write exactly {amount}.{extra}"
 
@@ -1076,31 +1086,39 @@ class KeywordsExactCount(ConstraintType):
     """Each keyword occurs exactly its count of times, case-insensitive.
 
     A single word matches as a whole word; a phrase of several words as a substring with any
-    whitespace between its words (see `ifgym.rewards.constraints.keyword_pattern`).
+    whitespace between its words (see `ifgym.rewards.constraints.keyword_pattern`). A count of 0
+    means the keyword must not occur. EvolIF's checker skips keywords whose count is below 1
+    (`semantics="evolif"` does too); its own sampler draws 1-3 keywords, and its edits can grow
+    the set beyond three, so any number of keywords is accepted.
     """
 
     id, group = "keywords.exact_count", "keywords"
 
     @classmethod
     def normalize(cls, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Params {counts: {keyword: int >= 1}} with 1-3 distinct keywords, order kept."""
+        """Params {counts: {keyword: int >= 0}} with at least one keyword, distinct, order kept."""
         _fields(cls.id, params, ("counts",))
         counts = params["counts"]
-        if not isinstance(counts, Mapping) or not 1 <= len(counts) <= MAX_KEYWORDS:
-            raise params_error(cls.id, "counts", counts, f"a mapping of 1 to {MAX_KEYWORDS} keywords to counts >= 1")
+        if not isinstance(counts, Mapping) or not counts:
+            raise params_error(cls.id, "counts", counts, "a non-empty mapping of keywords to counts >= 0")
         keywords = [_keyword(cls.id, "counts", keyword) for keyword in counts]
         _no_duplicates(cls.id, "counts", keywords, counts)
         values = [
-            _int(cls.id, f"counts[{kw!r}]", count, 1) for kw, count in zip(keywords, counts.values(), strict=True)
+            _int(cls.id, f"counts[{kw!r}]", count, 0) for kw, count in zip(keywords, counts.values(), strict=True)
         ]
         return {"counts": dict(zip(keywords, values, strict=True))}
 
     @classmethod
     def describe(cls, params: Mapping[str, Any]) -> str:
         """E.g. "Use 'tourism' exactly 6 times and 'culture' exactly 10 times."."""
-        parts = [f"'{kw}' exactly {_plural(n, 'time')}" for kw, n in params["counts"].items()]
-        body = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        return f"Use {body} in your reply."
+        parts = [f"'{kw}' exactly {_plural(n, 'time')}" for kw, n in params["counts"].items() if n]
+        absent = [kw for kw, n in params["counts"].items() if not n]
+        words = []
+        if parts:
+            words.append("Use " + (parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]))
+        if absent:
+            words.append(("do not use " if parts else "Do not use ") + _quoted_list(absent, "or"))
+        return " and ".join(words) + " in your reply."
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:

@@ -199,9 +199,9 @@ class Constraint:
         """The requirement in plain words, as the user would state it."""
         return self.kind.describe(self.params)
 
-    def check(self, reply: str, *, loose: bool = False) -> Verdict:
-        """Rule verdict for `reply`; same as the module-level `check(self, reply, loose=loose)`."""
-        return check(self, reply, loose=loose)
+    def check(self, reply: str, *, loose: bool = False, semantics: str = "ifgym") -> Verdict:
+        """Rule verdict for `reply`; same as the module-level `check(self, reply, ...)`."""
+        return check(self, reply, loose=loose, semantics=semantics)
 
     def to_json(self) -> dict[str, Any]:
         """`{"id": ..., "params": {...}}` with tuples as lists."""
@@ -290,20 +290,36 @@ def loose_variants(reply: str) -> list[tuple[str, str]]:
     return variants
 
 
-def check(constraint: Constraint, reply: str, *, loose: bool = False) -> Verdict:
+# Whose reading of a rule `check` applies: ifgym's own (strict, or loose) or EvolIF's evaluator.
+SEMANTICS: tuple[str, ...] = ("ifgym", "evolif")
+
+
+def check(constraint: Constraint, reply: str, *, loose: bool = False, semantics: str = "ifgym") -> Verdict:
     """Rule verdict of `constraint` on `reply`.
 
-    Strict (default) applies the rule to the reply as is. Loose passes when the rule passes on
-    any of `loose_variants(reply)`, and its reason names the variant that passed. Judged
-    constraints raise JudgeRequiredError; a reply that is not a string raises ActionError.
+    `semantics="ifgym"` (default) applies ifgym's rules, the stricter reading (the catalog's
+    docstrings say where it differs from EvolIF). Strict (default) applies the rule to the reply
+    as is; loose passes when the rule passes on any of `loose_variants(reply)`, and its reason
+    names the variant that passed. `semantics="evolif"` returns the verdict EvolIF's released
+    evaluator gives (source "rule:evolif"; see `ifgym.rewards.evolif_compat`); EvolIF has one
+    reading, so it takes no `loose`. Judged constraints raise JudgeRequiredError; a reply that is
+    not a string raises ActionError.
     """
     if not isinstance(constraint, Constraint):
         raise TypeError(f"check expects a Constraint, got {type(constraint).__name__} {constraint!r}")
     if not isinstance(reply, str):
         raise ActionError(f"a reply must be a str, got {type(reply).__name__} {reply!r:.80}")
+    if semantics not in SEMANTICS:
+        raise UnknownNameError("checker semantics", semantics, SEMANTICS)
     kind = constraint.kind
     if kind.judged:
         raise JudgeRequiredError(f"{constraint.id} is judged by an LLM; score it with ifgym.rewards.judge")
+    if semantics == "evolif":
+        if loose:
+            raise ValueError("semantics='evolif' has one reading (EvolIF's); loose=True applies to semantics='ifgym'")
+        from ifgym.rewards.evolif_compat import evolif_check  # it imports this module
+
+        return evolif_check(constraint, reply)
     strict = kind.check(reply, constraint.params)
     if not loose or strict.label == "yes":
         if loose:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ifgym.core import TurnSpec, Verdict
-from ifgym.rewards.constraints import Constraint, check
+from ifgym.errors import UnknownNameError
+from ifgym.rewards.constraints import SEMANTICS, Constraint, check
 
 if TYPE_CHECKING:
     from ifgym.rewards.judge import LLMJudge
@@ -47,19 +48,30 @@ class TurnScorer(Protocol):
 
 
 class Scorer:
-    """Scores a turn's constraints: rule checkers for rule constraints, one batched judge call for judged ones."""
+    """Scores a turn's constraints: rule checkers for rule constraints, one batched judge call for judged ones.
 
-    def __init__(self, judge: LLMJudge | None = None):
+    `semantics` picks whose reading the rules apply (see `ifgym.rewards.check`): "ifgym" gives
+    strict and loose verdicts; "evolif" gives EvolIF's evaluator's verdict, which then fills both
+    the strict and the loose list (EvolIF has one reading).
+    """
+
+    def __init__(self, judge: LLMJudge | None = None, semantics: str = "ifgym"):
+        if semantics not in SEMANTICS:
+            raise UnknownNameError("checker semantics", semantics, SEMANTICS)
         self.judge = judge
+        self.semantics = semantics
 
     def reset(self) -> None:
         """Nothing to forget: each turn is scored on its own."""
 
-    @staticmethod
-    def _rules(reply: str, constraints: Sequence[Constraint]) -> tuple[dict[int, Verdict], dict[int, Verdict]]:
+    def _rules(self, reply: str, constraints: Sequence[Constraint]) -> tuple[dict[int, Verdict], dict[int, Verdict]]:
         strict, loose = {}, {}
         for i, c in enumerate(constraints):
-            if not c.judged:
+            if c.judged:
+                continue
+            if self.semantics == "evolif":
+                strict[i] = loose[i] = check(c, reply, semantics="evolif")
+            else:
                 strict[i] = check(c, reply)
                 loose[i] = strict[i] if strict[i].label == "yes" else check(c, reply, loose=True)
         return strict, loose

@@ -316,13 +316,13 @@ BAD_PARAMS = [
     ("punctuation.include", {"mark": "a"}, "'mark'"),  # a letter is not a mark
     ("punctuation.include", {"mark": "!!!!"}, "'mark'"),  # too long
     ("punctuation.exclude", {"mark": "!"}, "'mark'"),  # only . , : can be excluded
-    ("bullets.count", {"n": 0}, "'n'"),  # at least one bullet
+    ("bullets.count", {"n": -1}, "'n'"),  # a negative count (0 is fine: no bullet points)
+    ("length.words", {"relation": "more_than", "n": -1}, "'n'"),  # a negative count
     ("length.words", {"relation": "less_then", "n": 3}, "Did you mean 'less_than'"),  # bad relation
     ("length.words", {"relation": "less_than", "n": "3"}, "'n'"),  # a string count
     ("length.sentences", {"relation": "exactly"}, "missing param 'n'"),  # missing n
     ("keywords.exact_count", {"counts": {}}, "'counts'"),  # no keywords
-    ("keywords.exact_count", {"counts": {"a": 1, "b": 1, "c": 1, "d": 1}}, "'counts'"),  # more than 3
-    ("keywords.exact_count", {"counts": {"tea": 0}}, "counts['tea']"),  # count below 1
+    ("keywords.exact_count", {"counts": {"tea": -1}}, "counts['tea']"),  # count below 0
     ("keywords.exact_count", {"counts": {"Tea": 1, "tea ": 2}}, "repeated"),  # duplicate after folding
     ("keywords.exact_count", {"counts": ["tea"]}, "'counts'"),  # a list is not a mapping
     ("forbidden.words", {"words": "design"}, "'words'"),  # a bare string is not a list
@@ -457,7 +457,7 @@ def test_round_trip_equality_and_description(cid: str) -> None:
 
 def test_canonical_params() -> None:
     words = Constraint("forbidden.words", {"words": [" design ", "pros  and cons"]})
-    assert words.params == {"words": ("design", "pros and cons")}  # tuple, stripped, one space
+    assert words.params == {"words": ("design", "pros  and cons")}  # tuple, stripped, inner spacing kept
     assert Constraint("start_with.letter", {"letter": "Q"}) == Constraint("start_with.letter", {"letter": "q"})
     assert Constraint("emotion.tone", {"emotion": " Happy"}).params == {"emotion": "happy"}
     assert Constraint("punctuation.exclude", {"mark": " , "}).params == {"mark": ","}

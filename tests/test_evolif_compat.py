@@ -131,13 +131,13 @@ BAD = [
     ("endwith", {"mode": "letter", "value": "a", "left": "("}, "unexpected arg 'left'"),  # stray arg
     ("format", {"mode": "yaml"}, "arg 'mode'"),  # unsupported format
     ("format", "json", "arg 'args'"),  # args must be a mapping
-    ("countableItems", {"num": 0}, "bad arg 'num'"),  # no bullets is not a count
+    ("countableItems", {"num": -1}, "bad arg 'num'"),  # a negative count (0 is fine: no bullet points)
     ("countableItems", {"number": 3}, "Did you mean 'num'"),  # wrong arg name
     ("length", {"mode": "words", "relation": "less_than", "number": 5}, "Did you mean 'word'"),  # ifgym's unit name
     ("length", {"mode": "word", "relation": "fewer", "number": 5}, "bad arg 'relation'"),  # bad relation
     ("length", {"mode": "word", "relation": "exactly", "number": "five"}, "bad arg 'number'"),  # not a number
     ("existence", {}, "bad arg 'args'"),  # no keywords
-    ("existence", {"tourism": 0}, "bad arg 'tourism'"),  # count below 1: the keyword is the arg
+    ("existence", {"tourism": -1}, "bad arg 'tourism'"),  # a negative count: the keyword is the arg
     ("forbidden", "design", "arg 'args'"),  # a bare string
     ("case", {"mode": "min_upper"}, "missing arg 'min'"),  # ratio without its number
     ("case", {"mode": "min_upper", "min": 120}, "bad arg 'min'"),  # out of range
