@@ -12,6 +12,10 @@ PARTS := $(foreach n,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,ti
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AVX_VNNI=OFF
 
+# `make eval` is a quick demo: 5 turns per dialogue (EvolIF's protocol has a safety cap of 100; the
+# results table says so). `make eval DEMO=` drops the demo cap.
+DEMO ?= env.max_turns=5
+
 .PHONY: setup eval test bench lint
 setup: $(STAMP)
 
@@ -29,7 +33,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 eval: $(STAMP)
-	$(VENV)/bin/ifgym eval $(ARGS)
+	$(VENV)/bin/ifgym eval $(DEMO) $(ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(ARGS)

@@ -12,12 +12,24 @@ __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "Episode", "TurnRecord", "TurnSpec", "UserTurn", "Verdict"]
 
 # Every env id, in one place. LLM-backed ids are nondeterministic (the user or judge is a model).
+# EvolIF v0 stays registered with its first-release behaviour (see EvolIFEnv's Version History).
+_EVOLIF_V0 = {"restate": "all", "adaptive": True, "user_checks": "model", "max_turns": 20}
 _ENVS = {
-    "ifgym/EvolIF-v0": dict(entry_point="ifgym.envs.evolif:EvolIFEnv", nondeterministic=False, kwargs={}),
+    "ifgym/EvolIF-v1": dict(entry_point="ifgym.envs.evolif:EvolIFEnv", nondeterministic=False, kwargs={}),
+    "ifgym/EvolIF-LLM-v1": dict(
+        entry_point="ifgym.envs.evolif:EvolIFEnv",
+        nondeterministic=True,
+        kwargs={"renderer": "llm", "judge": "llm", "env_name": "ifgym/EvolIF-LLM-v1"},
+    ),
+    "ifgym/EvolIF-v0": dict(
+        entry_point="ifgym.envs.evolif:EvolIFEnv",
+        nondeterministic=False,
+        kwargs={**_EVOLIF_V0, "env_name": "ifgym/EvolIF-v0"},
+    ),
     "ifgym/EvolIF-LLM-v0": dict(
         entry_point="ifgym.envs.evolif:EvolIFEnv",
         nondeterministic=True,
-        kwargs={"renderer": "llm", "judge": "llm", "env_name": "ifgym/EvolIF-LLM-v0"},
+        kwargs={**_EVOLIF_V0, "renderer": "llm", "judge": "llm", "env_name": "ifgym/EvolIF-LLM-v0"},
     ),
     "ifgym/FlexBench-v0": dict(entry_point="ifgym.envs.flexbench:FlexBenchEnv", nondeterministic=False, kwargs={}),
     "ifgym/FlexBench-LLM-v0": dict(

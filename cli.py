@@ -343,7 +343,8 @@ def evaluate(cfg) -> dict[str, Any]:
     semantics = getattr(first_env, "checker_semantics", "ifgym")
     has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
     loose = summarize(episodes, loose=True) if has_loose else {}
-    summary = {"strict": summarize(episodes), "loose": loose, "checker_semantics": semantics}
+    summary = {"protocol": first_env.protocol(), "strict": summarize(episodes), "loose": loose}
+    summary["checker_semantics"] = semantics
     summary["usage"] = {role: client.usage.to_json() for role, client in clients.items()}
     summary["user_stats"] = user_stats(episodes)
     cost = policy_cost(episodes)

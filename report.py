@@ -22,8 +22,27 @@ def _interval(ci: dict[str, Any], name: str) -> str:
     return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
+def protocol_lines(protocol: dict[str, Any]) -> list[str]:
+    """What the numbers measure: the env's settings on one line, then each way they differ from the paper's."""
+    if not protocol:
+        return []
+    shown = {
+        k: (len(v) if k == "groups" else v)
+        for k, v in protocol.items()
+        if k not in ("env_id", "paper", "deviations") and not isinstance(v, dict) and v is not None
+    }
+    lines = [f"protocol: {protocol.get('env_id', '?')} (" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"]
+    paper, deviations = protocol.get("paper"), protocol.get("deviations", [])
+    if deviations:
+        lines.append(f"not {paper}'s protocol:" if paper else "differs from the paper's protocol:")
+        lines += [f"  - {d}" for d in deviations]
+    elif paper:
+        lines.append(f"{paper}'s protocol")
+    return lines
+
+
 def results_table(summary: dict[str, Any]) -> str:
-    """Metrics side by side, strict and loose, as aligned plain text (strict only when `loose` is empty).
+    """The protocol, then metrics side by side, strict and loose (strict only when `loose` is empty), as plain text.
 
     With intervals in the summary (`ci`), each value is followed by its bootstrap interval.
     """
@@ -44,7 +63,8 @@ def results_table(summary: dict[str, Any]) -> str:
         if ci:
             columns.append((columns[1][0], 4))
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
-    lines = [
+    lines = protocol_lines(summary.get("protocol", {}))
+    lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
         "  ".join(["-" * width, *("-" * w for w in widths)]),
     ]

@@ -11,7 +11,7 @@ the turns the view shows), or with `--light embedded` a real model in process (`
 qwen2.5-coder-1.5b or smollm2-135m); the output says which. The model under test answers from the
 script, so the transcript is the same for every extraction.
 
-**costs**: every policy plays the same seeded ifgym/EvolIF-v0 episodes (patience off, template
+**costs**: every policy plays the same seeded ifgym/EvolIF-v1 episodes (patience off, template
 user) of 10, 15, 20 and 25 turns. Reported per policy and length: model calls per turn (base and
 light), ACT (context tokens of the answering call per turn; see ifgym.policies.wrapper) and its
 ratio to full history, GraphIF's rewrite tokens per turn (apart from ACT), every prompt token per
@@ -172,7 +172,7 @@ def play(make_policy: Callable[[], Any], length: int, seeds: Sequence[int]) -> d
     """Run the episodes with fresh policies: per-turn costs pooled, policy-call seconds summed, what to compare kept."""
     costs, users, edges, branches = [], [], [], []
     for seed in seeds:
-        env = gym.make("ifgym/EvolIF-v0", patience=None, max_turns=length)
+        env = gym.make("ifgym/EvolIF-v1", patience=None, max_turns=length)
         policy = make_policy()
         episode = rollout(env, policy, seed=seed)
         costs.extend(policy.costs)
@@ -374,7 +374,7 @@ def print_costs(out: dict[str, Any], args: argparse.Namespace) -> None:
     """The cost part, side by side per length."""
     results = out["results"]
     print(
-        "policy wrappers on ifgym/EvolIF-v0 (patience off), "
+        "policy wrappers on ifgym/EvolIF-v1 (patience off), "
         f"{args.episodes} seeded episodes per length, the same episodes for every policy"
     )
     print(

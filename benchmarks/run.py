@@ -39,7 +39,7 @@ def env_overhead(episodes: int) -> dict[int, float]:
     """Median microseconds per env.step around each mark, pooled over episodes."""
     samples: dict[int, list[float]] = {t: [] for t in AT}
     for seed in range(episodes):
-        env = gym.make("ifgym/EvolIF-v0", patience=None, max_turns=max(AT) + WINDOW + 1).unwrapped
+        env = gym.make("ifgym/EvolIF-v1", patience=None, max_turns=max(AT) + WINDOW + 1).unwrapped
         env.reset(seed=seed)
         for turn in range(1, max(AT) + WINDOW + 1):
             reply = fresh_reply(turn)
@@ -56,7 +56,7 @@ def sampled_constraints() -> dict[str, Constraint]:
     """One constraint per rule id, as the EvolIF user samples them (first seen over a long episode)."""
     found: dict[str, Constraint] = {}
     for seed in range(20):
-        env = gym.make("ifgym/EvolIF-v0", patience=None, max_turns=400).unwrapped
+        env = gym.make("ifgym/EvolIF-v1", patience=None, max_turns=400).unwrapped
         env.reset(seed=seed)
         for _ in range(399):
             env.step(REPLY)

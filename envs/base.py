@@ -232,6 +232,10 @@ class ChatEnv(gym.Env[list, str]):
         return {f"next_{k}": v for k, v in nxt.items() if k in ("topic", "move", "change", "constraints")}
 
     # --- metrics ---------------------------------------------------------------------------------
+    def protocol(self) -> dict[str, Any]:
+        """What a run of this env measures: its settings, and `deviations` from the paper's protocol (envs override)."""
+        return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}
+
     @staticmethod
     def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
         """Headline metrics of this env over finished episodes (EvolIF's by default; envs override)."""

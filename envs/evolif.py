@@ -1,4 +1,8 @@
-"""EvolIF: a user who keeps changing topics and instructions until their patience runs out."""
+"""EvolIF: a user who keeps changing topics and instructions until their patience runs out.
+
+`PAPER_PROTOCOL` holds the settings of EvolIF's own evaluation; `EvolIFEnv.protocol()` reports an
+env's settings and every way they differ from it, so a results table can say what its numbers mean.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,17 @@ from ifgym.rewards.scorer import Scorer
 
 RENDERERS = ("template", "llm")
 JUDGES = ("rules", "llm")
+# EvolIF's evaluation: patience 3, no cap but a safety cap of 100 turns (it reports survival past
+# 50), all 12 groups, a user who states only the change and never sees the replies, verdicts as
+# EvolIF's released evaluator gives them.
+PAPER_PROTOCOL: dict[str, Any] = {
+    "patience": 3,
+    "max_turns": 100,
+    "groups": GROUPS,
+    "restate": "change",
+    "adaptive": False,
+    "checker_semantics": "evolif",
+}
 
 
 def resolve_client(client: Any, role: str):
@@ -36,7 +51,11 @@ class EvolIFEnv(ChatEnv):
     emotion, style and reader age). Each turn the user makes one change: add, remove or modify a
     constraint; after more than three turns on a topic it may switch to a new topic or return to an
     earlier one, whose instruction state comes back with it. The model must satisfy every live
-    constraint in every reply.
+    constraint in every reply. As in EvolIF, the user states only the change (`restate="change"`):
+    a new topic's request and its first constraint; then only the rule added, modified (old → new)
+    or dropped; on a return, a cue to the earlier topic and the change, never the restored rules.
+    The model must remember everything else. `restate="all"` (easier) restates every live rule on
+    every turn.
 
     ## Action Space
     `ReplySpace`: the assistant's reply, any `str` up to `max_reply_chars` characters.
@@ -53,47 +72,70 @@ class EvolIFEnv(ChatEnv):
     reported in `info["unknown"]`, and `info["reward_defined"]` is False when nothing was known.
 
     ## Starting State
-    A seeded user style, first topic, and one constraint. Same seed, same episode script.
+    A seeded user style, first topic, and one constraint. Same seed, same episode script; with the
+    default (non-adaptive) user the user's turns do not depend on the replies either.
 
     ## Episode End
     Terminated when patience reaches 0 (`done_reason="patience"`): patience starts full, is refilled
     after an all-pass turn and drops by one after a turn with a failed constraint; or when a replayed
-    script ends (`"script_end"`). Truncated at `max_turns` (`"max_turns"`).
+    script ends (`"script_end"`). Truncated at `max_turns` (`"max_turns"`), a safety cap.
 
     ## Arguments
     | argument | default | meaning |
     |---|---|---|
     | `renderer` | `"template"` | `"template"` (offline, deterministic) or `"llm"` (a user model writes it) |
+    | `restate` | `"change"` | `"change"`: the user states only the change (EvolIF); `"all"`: every live rule too |
+    | `adaptive` | `False` | `True`: the LLM user sees the recent dialogue and what the last reply missed |
+    | `user_checks` | `"rules"` | renderer="llm": `"rules"` (EvolIF's, see below) or `"model"` (v0's) |
     | `judge` | `"rules"` | `"rules"`: only rule-checked groups are sampled; `"llm"`: judged groups too |
     | `checker_semantics` | `"ifgym"` | `"ifgym"` (strict + loose, stricter) or `"evolif"` (EvolIF's evaluator) |
     | `patience` | `3` | int, or `None` to switch patience off |
-    | `max_turns` | `20` | truncation length (int or `None`) |
+    | `max_turns` | `100` | safety cap on the dialogue's length (int or `None`) |
     | `reward` | `"fraction"` | `"fraction"`, `"all_pass"` or `"weighted"` |
     | `reward_weights` | `None` | group → weight for `"weighted"` |
     | `script` | `None` | path to an EvolIF dialogue JSONL to replay instead of simulating |
     | `user_llm`, `judge_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `tracker` | `None` | mapping of `TrackerConfig` fields (switch probabilities, change weights, …) |
-    | `regenerations` | `3` | renderer="llm": redrafts after a failed topic/constraint check, then the template text |
+    | `regenerations` | `3` | renderer="llm": redrafts after a failed check, then the template text |
     | `system_prompt` | `None` | system message put first in every observation |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
+    `user_checks="rules"`: a draft must contain the key values (keyword, number, emoji, letter, mode,
+    format) of each rule it states, a rule check with no model call, and on a topic change the user
+    model must find it points to the topic; `"model"`: the user model checks the topic and every
+    stated rule on every draft. After `regenerations` failed redrafts the template text is used
+    (counted in `user_stats["llm_fallbacks"]`).
+
     `reset(options=...)` accepts `topic_id` and `style_id` to pin the opening. With `renderer="llm"` or
-    `judge="llm"` the episodes are recorded as `ifgym/EvolIF-LLM-v0` (they are not deterministic).
+    `judge="llm"` the episodes are recorded under the LLM id (`ifgym/EvolIF-LLM-v1`: not deterministic).
+
+    EvolIF's protocol (`PAPER_PROTOCOL`; `ifgym eval env=evolif_paper judge=llm …`) is these defaults
+    with an LLM judge, so that all 12 groups are in play: `gym.make("ifgym/EvolIF-v1", judge="llm",
+    judge_llm=CLIENT)`. `protocol()` lists an env's settings and how they differ from it; every
+    episode records them in `episode.meta["evolif"]`.
 
     ## Version History
-    - v0: first release.
+    - v1: the user states only the change (a return to a topic does not restate its rules), and the
+      LLM user never sees the replies and is checked as EvolIF checks its queries; `max_turns`
+      defaults to 100 (EvolIF's safety cap) instead of 20.
+    - v0: first release: every turn restated all live rules, the LLM user saw the recent dialogue
+      and was checked by the user model, `max_turns` 20. Still registered with that behaviour
+      (`restate="all"`, `adaptive=True`, `user_checks="model"`), so earlier results reproduce.
     """
 
-    env_name = "ifgym/EvolIF-v0"
+    env_name = "ifgym/EvolIF-v1"
 
     def __init__(
         self,
         *,
         renderer: str = "template",
+        restate: str = "change",
+        adaptive: bool = False,
+        user_checks: str = "rules",
         judge: str = "rules",
         checker_semantics: str = "ifgym",
         patience: int | None = 3,
-        max_turns: int | None = 20,
+        max_turns: int | None = 100,
         reward: str = "fraction",
         reward_weights: Mapping[str, float] | None = None,
         script: str | Path | None = None,
@@ -117,11 +159,15 @@ class EvolIFEnv(ChatEnv):
             raise UnknownNameError("checker_semantics", checker_semantics, SEMANTICS)
         self.checker_semantics = checker_semantics
         # an LLM user or judge makes episodes nondeterministic: record them under the LLM id
-        self.env_name = env_name or ("ifgym/EvolIF-LLM-v0" if "llm" in (renderer, judge) else self.env_name)
+        name = env_name or self.env_name
+        if "llm" in (renderer, judge) and name.startswith("ifgym/EvolIF-v"):
+            name = name.replace("ifgym/EvolIF-", "ifgym/EvolIF-LLM-", 1)
+        self.env_name = name
         if reward_weights:
             for group in reward_weights:
                 if group not in GROUPS:
                     raise UnknownNameError("reward_weights group", group, GROUPS)
+        self.script = script
         if script is not None:
             ignored = [
                 name
@@ -135,22 +181,44 @@ class EvolIFEnv(ChatEnv):
             if ignored:
                 raise ConfigError(f"script= replays a fixed dialogue; {', '.join(ignored)} would be ignored: drop it")
             user = ReplayUser(script)
+            self.groups: tuple[str, ...] = ()
+            self.tracker_overrides: dict[str, Any] = {}
         else:
             fields = dict(tracker or {})
-            fields.setdefault("groups", tuple(RULE_GROUPS) + (tuple(JUDGED_GROUPS) if judge == "llm" else ()))
-            unjudged = sorted(set(fields["groups"] or ()) & set(JUDGED_GROUPS)) if judge == "rules" else []
+            if fields.get("groups") is None:  # absent, or None (= all twelve): what the judge can score
+                fields["groups"] = tuple(RULE_GROUPS) + (tuple(JUDGED_GROUPS) if judge == "llm" else ())
+            unjudged = sorted(set(fields["groups"]) & set(JUDGED_GROUPS)) if judge == "rules" else []
             if unjudged:
+                whose = "EvolIF's protocol samples all 12 groups; " if set(fields["groups"]) == set(GROUPS) else ""
                 raise ConfigError(
-                    f"tracker groups {unjudged} need an LLM judge: pass judge='llm' (and judge_llm) or drop them"
+                    f"{whose}tracker groups {unjudged} need an LLM judge: pass judge='llm' and judge_llm "
+                    "(command line: judge=llm judge.llm.base_url=URL judge.llm.model=NAME), or drop those groups"
                 )
+            config = TrackerConfig.from_mapping(fields)
+            self.groups = tuple(config.groups or GROUPS)
+            self.tracker_overrides = {k: v for k, v in (tracker or {}).items() if k != "groups"}
             user = EvolIFUser(
                 renderer=renderer,
-                tracker_config=TrackerConfig.from_mapping(fields),
+                tracker_config=config,
                 client=resolve_client(user_llm, "user") if renderer == "llm" else None,
                 k=regenerations,
+                restate=restate,
+                adaptive=adaptive,
+                checks=user_checks,
             )
-        judge_model = LLMJudge(resolve_client(judge_llm, "judge")) if judge == "llm" else None
-        scorer = Scorer(judge_model, semantics=checker_semantics)
+        judge_client = resolve_client(judge_llm, "judge") if judge == "llm" else None
+        llm_user = renderer == "llm" and script is None
+        self.settings = {  # None: does not apply to this user
+            "renderer": "replay" if script is not None else renderer,
+            "restate": restate,
+            "adaptive": adaptive if llm_user else None,
+            "user_checks": user_checks if llm_user else None,
+            "regenerations": regenerations if llm_user else None,
+            "judge": judge,
+            "judge_model": getattr(judge_client, "model", None),
+            "checker_semantics": checker_semantics,
+        }
+        scorer = Scorer(LLMJudge(judge_client) if judge_client is not None else None, semantics=checker_semantics)
         super().__init__(
             user=user,
             scorer=scorer,
@@ -163,6 +231,53 @@ class EvolIFEnv(ChatEnv):
             render_mode=render_mode,
         )
 
+    # --- what this env measures ------------------------------------------------------------------
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings and `deviations`: each way it differs from EvolIF's protocol, in words."""
+        paper, patience = PAPER_PROTOCOL, self.patience.full
+        out: dict[str, Any] = {
+            **super().protocol(),
+            "paper": "EvolIF",
+            **self.settings,
+            "groups": list(self.groups),
+            "tracker": dict(self.tracker_overrides),
+        }
+        if self.script is not None:
+            out["script"] = str(self.script)
+            for key in ("restate", "adaptive", "user_checks", "regenerations", "groups"):
+                out.pop(key)
+        deviations = []
+        if self.max_turns is not None and self.max_turns < paper["max_turns"]:
+            cap = paper["max_turns"]
+            deviations.append(
+                f"max_turns={self.max_turns}: a quick demo, not EvolIF's protocol (safety cap {cap} turns)"
+            )
+        if self.checker_semantics != paper["checker_semantics"]:
+            deviations.append(
+                f"checker_semantics={self.checker_semantics}: ifgym's stricter checkers, not the verdicts of "
+                "EvolIF's evaluator (checker_semantics=evolif)"
+            )
+        if patience != paper["patience"]:
+            setting = "patience off" if patience is None else f"patience={patience}"
+            deviations.append(f"{setting}: EvolIF's user gives up after {paper['patience']} failed turns in a row")
+        if self.script is None:
+            if set(self.groups) != set(paper["groups"]):
+                left_out = [g for g in paper["groups"] if g not in self.groups]
+                why = " (judge=rules cannot score the judged ones)" if self.settings["judge"] == "rules" else ""
+                deviations.append(f"{len(self.groups)} of 12 constraint groups: {', '.join(left_out)} left out{why}")
+            if self.settings["restate"] != paper["restate"]:
+                deviations.append("restate=all: every turn restates all live rules (easier than EvolIF)")
+            if self.settings["adaptive"] != paper["adaptive"] and self.settings["renderer"] == "llm":
+                deviations.append("adaptive user: the user model sees the replies (EvolIF's never does)")
+            if self.settings["user_checks"] != "rules" and self.settings["renderer"] == "llm":
+                deviations.append("user_checks=model: drafts checked by the user model, not by EvolIF's rules")
+            if self.tracker_overrides:
+                changed = ", ".join(f"{k}={v}" for k, v in self.tracker_overrides.items())
+                deviations.append(f"tracker settings differ from EvolIF's: {changed}")
+        out["deviations"] = deviations
+        return out
+
     def _start(self, seed: int | None) -> None:
         super()._start(seed)
         self._episode.meta["checker_semantics"] = self.checker_semantics  # which rules produced the verdicts
+        self._episode.meta["evolif"] = self.protocol()

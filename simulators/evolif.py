@@ -30,7 +30,15 @@ from ifgym.rewards.catalog import EMOTIONS, EXCLUDE_MARKS, READER_AGES, RELATION
 from ifgym.rewards.constraints import GROUPS, Constraint, conflicts, ids_in_group
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics, styles_from_json, topics_from_json
 from ifgym.simulators.base import UserSimulator
-from ifgym.simulators.render import LLMRenderer, Renderer, RenderRequest, RenderResult, TemplateRenderer
+from ifgym.simulators.render import (
+    CHECKS,
+    RESTATE,
+    LLMRenderer,
+    Renderer,
+    RenderRequest,
+    RenderResult,
+    TemplateRenderer,
+)
 
 __all__ = [
     "CHANGES",
@@ -666,10 +674,16 @@ class EvolIFUser(UserSimulator):
     """The EvolIF user: tracker decides the spec, a renderer words it.
 
     `renderer` is "template" (deterministic, no model), "llm" (needs `client`; `k` regenerations
-    before the template fallback) or any Renderer. `topics`/`styles` default to the packaged
-    banks; a path or a list of entries may be given instead. `reset(rng, options)` accepts
-    options `topic_id` and `style_id`. The user never ends the dialogue by itself (the env
-    truncates at max_turns) unless the topic bank is exhausted, when `next` returns None.
+    before the template fallback) or any Renderer. `restate` ("change": only what is new on the
+    turn, as EvolIF; "all": every live constraint on every turn) and `checks` ("rules" or "model",
+    LLM renderer only) configure the named renderers (see ifgym.simulators.render). `adaptive=False`
+    (default, as EvolIF, whose queries are synthesised before any model answers): the renderer sees
+    the tracker's change, the topic and the user style, never the replies; `adaptive=True` also
+    gives it the recent dialogue and the constraints the last reply missed, so an LLM user can
+    react to them. `topics`/`styles` default to the packaged banks; a path or a list of entries may
+    be given instead. `reset(rng, options)` accepts options `topic_id` and `style_id`. The user
+    never ends the dialogue by itself (the env truncates at max_turns) unless the topic bank is
+    exhausted, when `next` returns None.
     """
 
     def __init__(
@@ -680,7 +694,17 @@ class EvolIFUser(UserSimulator):
         topics: Sequence[Topic] | Sequence[Mapping[str, Any]] | str | Path | None = None,
         styles: Sequence[Style] | Sequence[Mapping[str, Any]] | str | Path | None = None,
         k: int = 3,
+        restate: str = "change",
+        adaptive: bool = False,
+        checks: str = "rules",
     ):
+        if restate not in RESTATE:
+            raise UnknownNameError("restate", restate, RESTATE)
+        if checks not in CHECKS:
+            raise UnknownNameError("checks", checks, CHECKS)
+        if not isinstance(adaptive, bool):
+            raise ConfigError(f"adaptive must be True or False, got {adaptive!r}")
+        self.restate, self.adaptive, self.checks = restate, adaptive, checks
         if isinstance(tracker_config, Mapping):
             tracker_config = TrackerConfig.from_mapping(tracker_config)
         self.topics = _topics(topics)
@@ -691,11 +715,12 @@ class EvolIFUser(UserSimulator):
             self.renderer = renderer
             self.renderer_name = type(renderer).__name__
         elif renderer == "template":
-            self.renderer, self.renderer_name = TemplateRenderer(), "template"
+            self.renderer, self.renderer_name = TemplateRenderer(restate), "template"
         elif renderer == "llm":
             if client is None:
                 raise ConfigError("renderer='llm' needs a client for the user model (e.g. ifgym.llm.make_client)")
-            self.renderer, self.renderer_name = LLMRenderer(client, k=k), "llm"
+            self.renderer = LLMRenderer(client, k=k, restate=restate, checks=checks)
+            self.renderer_name = "llm"
         else:
             raise UnknownNameError("renderer", renderer, RENDERERS)
         self._style: Style | None = None
@@ -762,8 +787,10 @@ class EvolIFUser(UserSimulator):
     ) -> RenderRequest:
         missed: tuple[str, ...] = ()
         previous = self._last.constraints if self._last is not None else ()
+        if not self.adaptive:
+            history = ()  # the words depend on the tracker's script alone, never on the replies
         # verdicts line up with the previous turn's constraints; anything else carries no mapping
-        if verdicts and len(verdicts) == len(previous):
+        elif verdicts and len(verdicts) == len(previous):
             missed = tuple(c.describe() for c, v in zip(previous, verdicts, strict=True) if v.label == "no")
         return RenderRequest(
             topic=step.topic,

@@ -1,15 +1,25 @@
 """Renderers turn a turn's spec (topic, move, change, live constraints) into the user's words.
 
-`TemplateRenderer` is deterministic given the rng and costs microseconds: several phrasings per
-move, per change and per constraint id, and every turn restates all live constraints (the user
-repeats the full requirements, so the reply to any turn can be judged on that turn alone).
+What the user states (`restate`): `"change"` (default, as EvolIF's released query synthesis does)
+says only what is new on this turn: a new topic's request and its first constraints; on the same
+topic only the change (add: the new rule; modify: from the old value to the new one; remove: which
+rule is dropped); on a return to an earlier topic a clear cue to it plus the change, never the
+restored constraints, which the model has to remember. `"all"` also restates every live constraint
+on every turn (the reply can then be judged on that turn alone): an easier, reading-test variant.
 
-`LLMRenderer` asks a user model to write the message in the episode's user style, then checks
-it with the same model: one yes/no call (is it about the topic and does it ask for content?) and
-one JSON call (does it clearly ask for each live constraint?). A failed or unparseable check
-triggers a regeneration, up to `k` of them; after that the template text is used and the
-fallback is counted. The prompt building and parsing are shared by `render` and `arender` (a
-small generator yields the messages of each call; only the driver differs).
+`TemplateRenderer` is deterministic given the rng and costs microseconds: several phrasings per
+move, per change and per constraint id.
+
+`LLMRenderer` asks a user model to write the message in the episode's user style, then checks the
+draft. `checks="rules"` (default, EvolIF's): the key values of every constraint the turn states
+(keyword, number, emoji, letter, mode, format) must appear in the text, a rule check with no model
+call (`unstated`); when the topic changes the user model also answers whether the message points
+to the topic with a concrete clue. `checks="model"` (ifgym/EvolIF-v0's): the user model answers
+whether every draft is on topic and asks for each stated constraint. A failed or unparseable check
+triggers a regeneration, up to `k` of them; after that the template text is used and the fallback
+is counted. The renderer words what the request holds: the user simulator leaves the dialogue out
+of the request unless it is adaptive. Prompt building and parsing are shared by `render` and
+`arender` (a small generator yields the messages of each call; only the driver differs).
 """
 
 from __future__ import annotations
@@ -24,12 +34,14 @@ from typing import Any, Protocol
 import json_repair
 import numpy as np
 
-from ifgym.errors import ConfigError
+from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.constraints import Constraint
 from ifgym.simulators.assets_io import Style, Topic
 
 __all__ = [
+    "CHECKS",
+    "RESTATE",
     "ChatClient",
     "LLMRenderer",
     "RenderRequest",
@@ -37,9 +49,13 @@ __all__ = [
     "Renderer",
     "TemplateRenderer",
     "phrasings",
+    "unstated",
 ]
 
 Message = dict[str, str]
+
+RESTATE = ("change", "all")
+CHECKS = ("rules", "model")
 
 
 @dataclass(frozen=True)
@@ -56,8 +72,8 @@ class RenderRequest:
     """Everything a renderer may use to word one user turn.
 
     `old`/`new` are the constraints the change touched (add: new only; remove: old only;
-    modify: both). `missed` holds descriptions of constraints the previous reply failed, for
-    renderers that let the user react to them. `history` is the dialogue so far.
+    modify: both). `history` (the dialogue so far) and `missed` (descriptions of constraints the
+    previous reply failed) are filled only for an adaptive user, one that reacts to the replies.
     """
 
     topic: Topic
@@ -329,6 +345,137 @@ def phrasings(constraint: Constraint) -> tuple[str, ...]:
     return tuple(phraser(constraint.id, constraint.params))
 
 
+# ---------------------------------------------------------------------------------------------
+# Is a constraint stated? The key values a message must contain (EvolIF checks each synthesised
+# query this way before using it: a rule, no model call).
+# ---------------------------------------------------------------------------------------------
+
+_NUMBER_NAMES = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+)
+_TIMES_NAMES = {1: ("once",), 2: ("twice",), 3: ("thrice",)}
+_AMBIGUOUS_LETTERS = frozenset("ai")  # "a" and "I" stand alone in ordinary English
+_CASE_WORDS = {"case.upper": ("upper", "capital", "caps"), "case.lower": ("lower",)}
+_AGE_WORDS = {
+    "child": ("child", "kid"),
+    "youth": ("youth", "teen", "adolescent", "high-school", "high school"),
+    "adult": ("adult", "grown-up", "grown up"),
+    "senior": ("senior", "elder", "older", "retire"),
+}
+_MARK_WORDS = {
+    ".": ("period", "full stop"),
+    ",": ("comma",),
+    ":": ("colon",),
+    ";": ("semicolon",),
+    "!": ("exclamation",),
+    "?": ("question mark",),
+}
+
+
+def _word(text: str, word: str) -> bool:
+    """`word` starts a word of `text` (case-insensitive): "formal" is in "formally", not in "informal"."""
+    return re.search(r"(?<![^\W_])" + re.escape(word.casefold()), text.casefold()) is not None
+
+
+def _number(text: str, n: int) -> bool:
+    digits = re.sub(r"(?<=\d)[,\u202f\u00a0](?=\d{3}\b)", "", text)  # 1,200 -> 1200
+    if re.search(rf"(?<![\d.]){n}(?!\d)", digits):
+        return True
+    names = (_NUMBER_NAMES[n],) if n < len(_NUMBER_NAMES) else ()
+    return any(re.search(rf"(?<![^\W_]){w}(?![^\W_])", text, re.IGNORECASE) for w in names)
+
+
+def _times_stated(text: str, n: int) -> bool:
+    return _number(text, n) or any(_word(text, w) for w in _TIMES_NAMES.get(n, ()))
+
+
+def _letter(text: str, letter: str) -> bool:
+    """The letter named as a letter: quoted, after the word "letter", or (not a/i) standing alone."""
+    x = re.escape(letter)
+    quoted = rf"[\"'“‘«「]{x}[\"'”’»」]|letter\s+{x}(?![^\W_])"
+    if re.search(quoted, text, re.IGNORECASE):
+        return True
+    return letter.lower() not in _AMBIGUOUS_LETTERS and re.search(rf"(?<![^\W_]){x}(?![^\W_])", text, re.I) is not None
+
+
+def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[str]:
+    """What `text` leaves out of `new`: the key values a message stating it must contain.
+
+    The key values are the keyword(s), number, emoji, letter, quotation marks, mode or format name
+    (for a modify, `old` is the constraint replaced: of keyword counts and forbidden words only what
+    changed must appear). Matching is case-insensitive; numbers may be digits or words. Empty when
+    everything is there. A rule check in the spirit of EvolIF's query completeness check, somewhat
+    stricter (a letter must be named as a letter, a length its number).
+    """
+    p, cid, missing = new.params, new.id, []
+    before = old.params if old is not None and old.id == cid else {}
+    if cid.endswith(".letter"):
+        if not _letter(text, p["letter"]):
+            missing.append(f"the letter {_q(p['letter'].upper())}")
+    elif cid.endswith(".emoji"):
+        if p["emoji"] not in text:
+            missing.append(f"the emoji {p['emoji']}")
+    elif cid.endswith(".keyword"):
+        if p["keyword"].casefold() not in text.casefold():
+            missing.append(f"the word {_q(p['keyword'])}")
+    elif cid.endswith(".quotation"):
+        missing += [f"the mark {_q(m)}" for m in (p["left"], p["right"]) if m not in text]
+    elif new.group == "format":
+        name = _FORMAT_NAMES[cid.split(".")[1]]
+        if not _word(text, name):
+            missing.append(f"the format {name}")
+    elif cid in _CASE_WORDS:
+        if not any(_word(text, w) for w in _CASE_WORDS[cid]):
+            missing.append(f"the case ({'/'.join(_CASE_WORDS[cid])})")
+    elif cid == "case.upper_ratio":
+        if not _number(text, p["percent"]):
+            missing.append(f"the share {p['percent']}%")
+    elif new.group == "punctuation":
+        if p["mark"] not in text and not any(_word(text, w) for w in _MARK_WORDS.get(p["mark"], ())):
+            missing.append(f"the mark {_q(p['mark'])}")
+    elif cid == "bullets.count":
+        if not _number(text, p["n"]):
+            missing.append(f"the number of bullet points ({p['n']})")
+    elif new.group == "length":
+        if not _number(text, p["n"]):
+            missing.append(f"the number {p['n']}")
+    elif cid == "keywords.exact_count":
+        counts, was = p["counts"], before.get("counts", {})
+        for word, n in counts.items():
+            if was.get(word) == n:
+                continue  # unchanged by this modify
+            if word.casefold() not in text.casefold():
+                missing.append(f"the keyword {_q(word)}")
+            elif not _times_stated(text, n):
+                missing.append(f"how often {_q(word)} occurs ({_times(n)})")
+    elif cid == "forbidden.words":
+        was = {w.casefold() for w in before.get("words", ())}
+        missing += [f"the word {_q(w)}" for w in p["words"] if w.casefold() not in was and not _word(text, w)]
+    elif cid == "emotion.tone":
+        if not _word(text, p["emotion"]):
+            missing.append(f"the tone {p['emotion']}")
+    elif cid == "style.register":
+        head = p["style"].split()[0]
+        if not _word(text, head):
+            missing.append(f"the style {p['style']}")
+    elif cid == "reader_age.audience":
+        if not any(_word(text, w) for w in _AGE_WORDS[p["age"]]):
+            missing.append(f"the audience ({p['age']})")
+    return missing
+
+
 def _clause(text: str) -> str:
     text = text.strip().rstrip(".!")
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
@@ -398,19 +545,43 @@ _LIST_HEADS = (
 _INLINE_HEADS = ("Please {clauses}.", "For this answer, {clauses}.", "Make sure you {clauses}.")
 
 
+# Change-only wording (restate="change"): no restatement, no topic words on a continue turn.
+_LEAD_CONTINUE = ("", "Thanks.", "Okay, thanks.", "Good, thank you.", "Alright.")
+_AGAIN = (
+    "Please write it once more.",
+    "Can you give me another version of it?",
+    "Let's have another go at that one.",
+)
+_NEW_TOPIC_LIST_HEADS = ("Requirements for your reply:", "Please follow these rules:")
+
+
+def _check_choice(name: str, value: str, allowed: Sequence[str], owner: str) -> str:
+    if value not in allowed:
+        raise UnknownNameError(f"{owner} {name}", value, allowed)
+    return value
+
+
 class TemplateRenderer(Renderer):
     """Deterministic wording from phrase tables; the rng picks among phrasings.
 
-    Ignores the user style and the dialogue (the LLM renderer uses them): the template is the
-    cheap, reproducible baseline and the LLM renderer's fallback.
+    `restate="change"` (default) states only what is new on the turn; `"all"` adds every live
+    constraint to every turn (ifgym/EvolIF-v0's wording, kept word for word). Ignores the user
+    style and the dialogue (the LLM renderer uses the style): the template is the cheap,
+    reproducible baseline and the LLM renderer's fallback.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, restate: str = "change") -> None:
+        self.restate = _check_choice("restate", restate, RESTATE, "TemplateRenderer")
         self._renders = 0
 
     def render(self, request: RenderRequest, rng: np.random.Generator) -> RenderResult:
-        """Opening for the move, a note for the change, then every live constraint."""
+        """The turn's words: see the module docstring for what each `restate` states."""
         self._renders += 1
+        parts = self._change_parts(request, rng) if self.restate == "change" else self._all_parts(request, rng)
+        return RenderResult("\n\n".join(parts) if "\n" in parts[-1] else " ".join(parts), False, 1)
+
+    def _all_parts(self, request: RenderRequest, rng: np.random.Generator) -> list[str]:
+        """Opening for the move, a note for the change, then every live constraint."""
         parts = [self._opening(request, rng)]
         note = self._note(request, rng)
         if note:
@@ -418,7 +589,24 @@ class TemplateRenderer(Renderer):
         clauses = [_pick(rng, phrasings(c)) for c in request.constraints]
         if clauses:
             parts.append(self._requirements(clauses, rng, request.change is not None))
-        return RenderResult("\n\n".join(parts) if "\n" in parts[-1] else " ".join(parts), False, 1)
+        return parts
+
+    def _change_parts(self, request: RenderRequest, rng: np.random.Generator) -> list[str]:
+        """A new topic: its request and constraints; a return: a cue and the change; else the change only."""
+        if request.move == "new_topic":
+            parts = [self._opening(request, rng)]
+            clauses = [_pick(rng, phrasings(c)) for c in request.constraints]
+            if len(clauses) > 2:
+                lines = [f"- {_sentence(c)}" for c in clauses]
+                parts.append(_pick(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
+            elif clauses:
+                parts.append(_pick(rng, _INLINE_HEADS).format(clauses=_and(clauses)))
+            return parts
+        note = self._note(request, rng)
+        if request.move == "return":
+            return [self._opening(request, rng)] + ([note] if note else [])
+        lead = _pick(rng, _LEAD_CONTINUE)
+        return [p for p in (lead, note or _pick(rng, _AGAIN)) if p]
 
     @staticmethod
     def _opening(request: RenderRequest, rng: np.random.Generator) -> str:
@@ -506,6 +694,29 @@ def _move_instruction(request: RenderRequest) -> str:
     return f"Stay on the current topic ({title}) and ask for a follow-up or another aspect of it."
 
 
+def _change_only_move(request: RenderRequest) -> str:
+    title = _title(request.topic)
+    if request.move == "new_topic":
+        if request.turn <= 1:
+            return f"Open the conversation by asking the assistant to write about this topic: {title}."
+        return f"Switch to a new topic, unrelated to the previous one, and ask for writing about it: {title}."
+    if request.move == "return":
+        return (
+            "Begin with a phrase that goes back to an earlier topic of the conversation and points to it "
+            f"clearly (e.g. 'Going back to …'): {title}. Do not repeat what you asked about it before."
+        )
+    return "Stay on the current topic without restating it: say only what changes."
+
+
+def _stated(request: RenderRequest, restate: str) -> tuple[tuple[Constraint, Constraint | None], ...]:
+    """The constraints the turn must state, each with the one it replaces: all live ones, or only the new."""
+    if restate == "all" or request.move == "new_topic":
+        return tuple((c, None) for c in request.constraints)
+    if request.change in ("add", "modify") and request.new is not None:
+        return ((request.new, request.old if request.change == "modify" else None),)
+    return ()  # a removal names what it drops; EvolIF asks nothing more of it
+
+
 def _change_instruction(request: RenderRequest) -> str | None:
     if request.change == "add" and request.new is not None:
         return f"Introduce this new requirement: {request.new.describe()}"
@@ -564,18 +775,31 @@ _Dialogue = Conversation[RenderResult]
 class LLMRenderer(Renderer):
     """A user model writes the message in the user's style; checks decide whether to keep it.
 
-    Up to `k` regenerations (so at most k + 1 drafts) before falling back to `fallback` (a
-    TemplateRenderer by default). The fallback text is computed first on every turn, so the
-    rng stream does not depend on what the model says. Regenerations carry the reason the
-    previous draft was rejected, so a deterministic model does not repeat itself.
+    `restate` and `checks`: see the module docstring. Up to `k` regenerations (so at most k + 1
+    drafts) before falling back to `fallback` (a TemplateRenderer with the same `restate` by
+    default). The fallback text is computed first on every turn, so the rng stream does not depend
+    on what the model says. Regenerations carry the reason the previous draft was rejected, so a
+    deterministic model does not repeat itself. The prompt shows the dialogue only when the request
+    carries it (an adaptive user).
     """
 
-    def __init__(self, client: ChatClient, k: int = 3, fallback: Renderer | None = None, **gen_overrides: Any):
+    def __init__(
+        self,
+        client: ChatClient,
+        k: int = 3,
+        fallback: Renderer | None = None,
+        *,
+        restate: str = "change",
+        checks: str = "rules",
+        **gen_overrides: Any,
+    ):
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise ConfigError(f"LLMRenderer k (regenerations) must be an int >= 0, got {k!r}")
         self.client = client
         self.k = k
-        self.fallback = fallback if fallback is not None else TemplateRenderer()
+        self.restate = _check_choice("restate", restate, RESTATE, "LLMRenderer")
+        self.checks = _check_choice("checks", checks, CHECKS, "LLMRenderer")
+        self.fallback = fallback if fallback is not None else TemplateRenderer(restate)
         self.gen_overrides = gen_overrides
         self.reset_stats()
 
@@ -617,15 +841,26 @@ class LLMRenderer(Renderer):
                 lines.append(f"[{m.get('role', '?')}] {content}")
             lines.append("")
         lines.append("Write your next message. It must:")
-        lines.append(f"- {_move_instruction(request)}")
-        change = _change_instruction(request)
-        if change:
-            lines.append(f"- {change}")
-        if request.constraints:
-            lines.append("- State every one of these requirements clearly, so the assistant cannot miss any:")
-            lines.extend(f"  {i}. {c.describe()}" for i, c in enumerate(request.constraints, 1))
+        if self.restate == "all":
+            lines.append(f"- {_move_instruction(request)}")
+            change = _change_instruction(request)
+            if change:
+                lines.append(f"- {change}")
+            if request.constraints:
+                lines.append("- State every one of these requirements clearly, so the assistant cannot miss any:")
+                lines.extend(f"  {i}. {c.describe()}" for i, c in enumerate(request.constraints, 1))
+            else:
+                lines.append("- Ask for the writing without adding formatting or length requirements.")
         else:
-            lines.append("- Ask for the writing without adding formatting or length requirements.")
+            lines.append(f"- {_change_only_move(request)}")
+            if request.move == "new_topic":
+                lines.extend(f"- State this requirement: {c.describe()}" for c in request.constraints)
+            else:
+                lines.append(f"- {_change_instruction(request) or 'Ask for another version, with no new requirement.'}")
+            lines.append(
+                "- Give every value exactly as written (words, numbers, emoji, letters, format names). Do not "
+                "repeat or sum up any other requirement: the assistant has to remember the earlier ones."
+            )
         if request.missed:
             lines.append(
                 "- The assistant's previous reply ignored: "
@@ -640,7 +875,7 @@ class LLMRenderer(Renderer):
 
     @staticmethod
     def topic_messages(request: RenderRequest, text: str) -> list[Message]:
-        """The yes/no prompt (is the message about the topic, and does it ask for content)."""
+        """checks="model": the yes/no prompt (is the message about the topic, and does it ask for content)."""
         question = (
             f"Topic: {_title(request.topic)}\n\nMessage:\n<<<\n{text}\n>>>\n\n"
             "Is this message about the topic above (or a follow-up on it), and does it ask the assistant "
@@ -649,8 +884,19 @@ class LLMRenderer(Renderer):
         return [{"role": "system", "content": _TOPIC_SYSTEM}, {"role": "user", "content": question}]
 
     @staticmethod
+    def related_messages(request: RenderRequest, text: str) -> list[Message]:
+        """checks="rules", on a topic change: the yes/no prompt (does the message point to the topic concretely)."""
+        question = (
+            f"Topic: {_title(request.topic)}\n\nMessage:\n<<<\n{text}\n>>>\n\n"
+            "Does the message point to this topic with a concrete clue (its subject in other words, or one "
+            "of its key terms)? A generic reference such as 'the earlier topic' or 'what we discussed' does "
+            "not count. Answer yes or no."
+        )
+        return [{"role": "system", "content": _TOPIC_SYSTEM}, {"role": "user", "content": question}]
+
+    @staticmethod
     def checklist_messages(request: RenderRequest, text: str) -> list[Message]:
-        """The JSON prompt (does the message clearly ask for each live constraint)."""
+        """checks="model": the JSON prompt (does the message clearly ask for each live constraint)."""
         items = "\n".join(f"{i}. {c.describe()}" for i, c in enumerate(request.constraints, 1))
         example = json.dumps({str(i): "yes" for i in range(1, min(len(request.constraints), 2) + 1)})
         question = (
@@ -665,6 +911,7 @@ class LLMRenderer(Renderer):
         stats = self._stats
         stats["renders"] += 1
         feedback: str | None = None
+        check = self._model_checks if self.checks == "model" else self._rule_checks
         for attempt in range(1, self.k + 2):
             if attempt > 1:
                 stats["regenerations"] += 1
@@ -673,28 +920,48 @@ class LLMRenderer(Renderer):
                 stats["empty_generations"] += 1
                 feedback = "it was empty."
                 continue
-            on_topic = _parse_yes_no((yield self.topic_messages(request, text)))
-            if on_topic is None:
-                stats["unparseable_checks"] += 1
-            if not on_topic:
-                stats["topic_check_failures"] += 1
-                feedback = "it was not clearly about the topic, or did not ask the assistant to write something."
-                continue
-            if request.constraints:
-                answers = _parse_checklist((yield self.checklist_messages(request, text)), len(request.constraints))
-                if answers is None:
-                    stats["unparseable_checks"] += 1
-                    stats["constraint_check_failures"] += 1
-                    feedback = "the requirements were not stated clearly."
-                    continue
-                missing = [c.describe() for c, ok in zip(request.constraints, answers, strict=True) if not ok]
-                if missing:
-                    stats["constraint_check_failures"] += 1
-                    feedback = "it did not clearly ask for: " + "; ".join(missing)
-                    continue
-            return RenderResult(text, False, attempt)
+            feedback = yield from check(request, text)
+            if feedback is None:
+                return RenderResult(text, False, attempt)
         stats["llm_fallbacks"] += 1
         return RenderResult(template_text, True, self.k + 1)
+
+    def _rule_checks(self, request: RenderRequest, text: str) -> Conversation[str | None]:
+        """EvolIF's checks: the stated constraints' key values by rule; the topic by the model on a topic change."""
+        stats = self._stats
+        missing = [m for new, old in _stated(request, self.restate) for m in unstated(new, text, old)]
+        if missing:
+            stats["constraint_check_failures"] += 1
+            return "it did not state " + "; ".join(missing) + " (give each value exactly)."
+        if request.move in ("new_topic", "return") and request.turn > 1:
+            related = _parse_yes_no((yield self.related_messages(request, text)))
+            if related is None:
+                stats["unparseable_checks"] += 1
+            if not related:
+                stats["topic_check_failures"] += 1
+                return f"it did not point clearly to the topic ({_title(request.topic)})."
+        return None
+
+    def _model_checks(self, request: RenderRequest, text: str) -> Conversation[str | None]:
+        """ifgym/EvolIF-v0's checks: on topic and asking for content, then a checklist of the live constraints."""
+        stats = self._stats
+        on_topic = _parse_yes_no((yield self.topic_messages(request, text)))
+        if on_topic is None:
+            stats["unparseable_checks"] += 1
+        if not on_topic:
+            stats["topic_check_failures"] += 1
+            return "it was not clearly about the topic, or did not ask the assistant to write something."
+        if request.constraints:
+            answers = _parse_checklist((yield self.checklist_messages(request, text)), len(request.constraints))
+            if answers is None:
+                stats["unparseable_checks"] += 1
+                stats["constraint_check_failures"] += 1
+                return "the requirements were not stated clearly."
+            missing = [c.describe() for c, ok in zip(request.constraints, answers, strict=True) if not ok]
+            if missing:
+                stats["constraint_check_failures"] += 1
+                return "it did not clearly ask for: " + "; ".join(missing)
+        return None
 
     def _call(self, messages: list[Message]) -> str:
         self._stats["llm_calls"] += 1

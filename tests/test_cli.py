@@ -27,7 +27,9 @@ def test_help_lists_commands_and_groups(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "eval" in out and "policy={context_agent, embedded, graphif, openai, scripted, truncation}" in out
-    assert "env={evolif, evolif_llm, flexbench, flexbench_llm, structflow, structflow_llm}" in out
+    assert (
+        "env={evolif, evolif_llm, evolif_paper, evolif_v0, flexbench, flexbench_llm, structflow, structflow_llm}" in out
+    )
 
 
 def test_eval_with_scripted_policy_writes_table_jsonl_summary_and_plots(tmp_path):

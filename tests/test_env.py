@@ -33,12 +33,17 @@ def make(env_id, **kwargs):
     return gym.make(env_id, **kwargs)
 
 
+OLD_IDS = "ignore:.*is out of date:DeprecationWarning"  # v0 ids stay registered for earlier results
+
+
+@pytest.mark.filterwarnings(OLD_IDS)
 @pytest.mark.parametrize("env_id", ifgym.ENV_IDS)
 def test_check_env_passes(env_id):
     env = make(env_id)
     check_env(env.unwrapped)
 
 
+@pytest.mark.filterwarnings(OLD_IDS)
 @pytest.mark.parametrize("env_id", [i for i in ifgym.ENV_IDS if not gym.spec(i).nondeterministic])
 def test_same_seed_same_episode(env_id):
     def play(seed):
@@ -60,7 +65,7 @@ def test_same_seed_same_episode(env_id):
 
 
 def test_observation_is_chat_messages_ending_with_user():
-    env = gym.make("ifgym/EvolIF-v0", system_prompt="Be brief.")
+    env = gym.make("ifgym/EvolIF-v1", system_prompt="Be brief.")
     obs, info = env.reset(seed=1)
     assert [m["role"] for m in obs] == ["system", "user"]
     assert info["constraints"] and info["patience"] == 3
@@ -70,7 +75,7 @@ def test_observation_is_chat_messages_ending_with_user():
 
 def test_patience_runs_out_after_three_failures_and_refills_on_pass():
     # An empty reply fails every length/keyword/format constraint the template user asks for.
-    env = gym.make("ifgym/EvolIF-v0", patience=3, max_turns=50)
+    env = gym.make("ifgym/EvolIF-v1", patience=3, max_turns=50)
     env.reset(seed=3)
     patience = []
     for _ in range(3):
@@ -81,7 +86,7 @@ def test_patience_runs_out_after_three_failures_and_refills_on_pass():
 
 
 def test_truncated_at_max_turns_with_patience_off():
-    env = gym.make("ifgym/EvolIF-v0", patience=None, max_turns=4)
+    env = gym.make("ifgym/EvolIF-v1", patience=None, max_turns=4)
     env.reset(seed=0)
     for _ in range(4):
         _, _, term, trunc, info = env.step("")
@@ -90,7 +95,7 @@ def test_truncated_at_max_turns_with_patience_off():
 
 
 def test_info_carries_constraints_verdicts_and_reward_is_fraction():
-    env = gym.make("ifgym/EvolIF-v0")
+    env = gym.make("ifgym/EvolIF-v1")
     env.reset(seed=5)
     _, reward, _, _, info = env.step("Some reply.")
     assert len(info["verdicts"]) == len(info["constraints"]) == len(info["loose_verdicts"])
@@ -109,14 +114,14 @@ def test_info_carries_constraints_verdicts_and_reward_is_fraction():
     ],
 )
 def test_bad_action_raises_one_clear_error(action, fragment):
-    env = gym.make("ifgym/EvolIF-v0").unwrapped
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
     env.reset(seed=0)
     with pytest.raises(ActionError, match=fragment):
         env.step(action)
 
 
 def test_step_before_reset_is_an_error():
-    env = gym.make("ifgym/EvolIF-v0").unwrapped
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
     with pytest.raises(ActionError, match="reset"):
         env.step("hi")
 
@@ -140,11 +145,11 @@ def test_step_before_reset_is_an_error():
 )
 def test_bad_make_kwargs(kwargs, error, fragment):
     with pytest.raises(error, match=fragment):
-        gym.make("ifgym/EvolIF-v0", **kwargs)
+        gym.make("ifgym/EvolIF-v1", **kwargs)
 
 
 def test_rules_judge_never_samples_judged_groups():
-    env = gym.make("ifgym/EvolIF-v0", max_turns=60, patience=None)
+    env = gym.make("ifgym/EvolIF-v1", max_turns=60, patience=None)
     env.reset(seed=11)
     ids = set()
     for _ in range(59):
@@ -155,7 +160,7 @@ def test_rules_judge_never_samples_judged_groups():
 
 def test_llm_judge_scores_judged_constraints_through_the_client():
     client = CannedClient(canned_judge_and_user, role="judge")
-    env = gym.make("ifgym/EvolIF-v0", judge="llm", judge_llm=client, max_turns=80, patience=None)
+    env = gym.make("ifgym/EvolIF-v1", judge="llm", judge_llm=client, max_turns=80, patience=None)
     env.reset(seed=2)
     seen = []
     for _ in range(79):
@@ -176,7 +181,7 @@ def test_replay_plays_an_evolif_dialogue_file_as_the_script():
 
     path = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    env = gym.make("ifgym/EvolIF-v0", script=str(path), patience=None, max_turns=None)
+    env = gym.make("ifgym/EvolIF-v1", script=str(path), patience=None, max_turns=None)
     obs, info = env.reset(seed=0)
     seen = [info["constraints"]]
     done = False
@@ -193,10 +198,10 @@ def test_replay_plays_an_evolif_dialogue_file_as_the_script():
 def test_llm_pieces_record_the_nondeterministic_id_and_pass_regenerations():
     client = CannedClient(canned_judge_and_user, role="judge")
     env = gym.make(
-        "ifgym/EvolIF-v0", judge="llm", judge_llm=client, renderer="llm", user_llm=client, regenerations=0, max_turns=1
+        "ifgym/EvolIF-v1", judge="llm", judge_llm=client, renderer="llm", user_llm=client, regenerations=0, max_turns=1
     )
     env.reset(seed=0)
     env.step("A reply.")
-    assert env.unwrapped.episode.env_id == "ifgym/EvolIF-LLM-v0"
+    assert env.unwrapped.episode.env_id == "ifgym/EvolIF-LLM-v1"
     assert env.unwrapped.user.renderer.k == 0
-    assert gym.make("ifgym/EvolIF-v0").unwrapped.env_name == "ifgym/EvolIF-v0"
+    assert gym.make("ifgym/EvolIF-v1").unwrapped.env_name == "ifgym/EvolIF-v1"

@@ -16,8 +16,8 @@ from ifgym.rewards.flexbench import load_dimensions
 
 # set by the judge group (judge, judge_llm), by the LLM config only (user_llm), or not a user setting
 NOT_IN_YAML = {"judge", "judge_llm", "user_llm", "render_mode", "env_name"}
-# deliberate differences from the class defaults (shorter calls on the command line; the option's own caller)
-YAML_DEFAULTS = {"flexbench": {"max_turns": 16}, "flexbench_llm": {"max_turns": 16, "user": "llm"}}
+# deliberate differences from the class defaults (the option's own caller); the CLI and gym.make agree otherwise
+YAML_DEFAULTS = {"flexbench": {}, "flexbench_llm": {"user": "llm"}}
 
 
 @pytest.mark.parametrize("option", sorted(YAML_DEFAULTS))

@@ -644,4 +644,4 @@ def test_metrics_refuse_mixed_or_empty_corpora():
     with pytest.raises(DataFormatError, match="at least one episode"):
         summarize([])
     with pytest.raises(DataFormatError, match="not played in FlexBench"):
-        summarize([Episode("x", "ifgym/EvolIF-v0", 0)])
+        summarize([Episode("x", "ifgym/EvolIF-v1", 0)])

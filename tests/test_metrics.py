@@ -28,7 +28,7 @@ def turn(index, items, loose=None):
 
 
 def episode(eid, *turns, done="patience"):
-    return Episode(eid, "ifgym/EvolIF-v0", 0, list(turns), done)
+    return Episode(eid, "ifgym/EvolIF-v1", 0, list(turns), done)
 
 
 # E1: pass, fail, pass (a recovery), fail

@@ -13,7 +13,7 @@ HEAVY = ("torch", "llama_cpp", "wandb", "sentence_transformers", "matplotlib", "
 
 
 def test_import_ifgym_is_light():
-    code = "import sys, ifgym, gymnasium as gym; gym.spec('ifgym/EvolIF-v0'); print(sorted(set(sys.modules) & set(%r)))"
+    code = "import sys, ifgym, gymnasium as gym; gym.spec('ifgym/EvolIF-v1'); print(sorted(set(sys.modules) & set(%r)))"
     out = subprocess.run([sys.executable, "-c", code % (HEAVY,)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -62,7 +62,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     help_out = subprocess.run([str(env_dir / "bin" / "ifgym"), "--help"], capture_output=True, text=True, check=True)
     assert "eval" in help_out.stdout
     probe = (
-        "import gymnasium as gym, ifgym; e = gym.make('ifgym/EvolIF-v0'); o, _ = e.reset(seed=0); print(o[-1]['role'])"
+        "import gymnasium as gym, ifgym; e = gym.make('ifgym/EvolIF-v1'); o, _ = e.reset(seed=0); print(o[-1]['role'])"
     )
     out = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == "user"

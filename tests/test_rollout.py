@@ -20,7 +20,7 @@ from ifgym.policies import ChatPolicy, ScriptedPolicy
 
 
 def make_env():
-    return gym.make("ifgym/EvolIF-v0", max_turns=4, patience=None)
+    return gym.make("ifgym/EvolIF-v1", max_turns=4, patience=None)
 
 
 def test_single_rollout_plays_to_the_end():
@@ -108,7 +108,7 @@ def test_episode_through_the_embedded_backend_with_the_small_model():
 
     # SmolLM2-135M in process through llama.cpp: too weak to judge quality, enough to prove the path.
     policy = embedded_policy("smollm2-135m", max_tokens=48, n_ctx=2048, seed=0)
-    episode = rollout(gym.make("ifgym/EvolIF-v0", max_turns=3, patience=None), policy, seed=2)
+    episode = rollout(gym.make("ifgym/EvolIF-v1", max_turns=3, patience=None), policy, seed=2)
     assert len(episode.turns) == 3
     assert all(t.reply.strip() for t in episode.turns)
     assert all(len(t.verdicts) == len(t.spec.constraints) >= 1 for t in episode.turns)

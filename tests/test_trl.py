@@ -128,7 +128,7 @@ def _episode():
     lower = Constraint.from_json(LOWER)
     t0 = TurnRecord(0, "Say hi.", TurnSpec((words,)), "hi", [Verdict("yes")], [Verdict("yes")], 1.0)
     t1 = TurnRecord(1, "Now in lowercase.", TurnSpec((words, lower)), "Hi", [Verdict("yes"), Verdict("no")], [], 0.5)
-    return Episode("ep-1", "ifgym/EvolIF-v0", 3, [t0, t1], "max_turns", system_prompt="Be brief.")
+    return Episode("ep-1", "ifgym/EvolIF-v1", 3, [t0, t1], "max_turns", system_prompt="Be brief.")
 
 
 def test_export_rows_are_conversational_prompts():

@@ -148,8 +148,8 @@ def test_rollout_stores_per_episode_usage(make):
 
     client = CannedClient(["a b"])
     policy = make(client)
-    rollout(gym.make("ifgym/EvolIF-v0", max_turns=3, patience=None), policy, seed=0)
-    second = rollout(gym.make("ifgym/EvolIF-v0", max_turns=2, patience=None), policy, seed=1)
+    rollout(gym.make("ifgym/EvolIF-v1", max_turns=3, patience=None), policy, seed=0)
+    second = rollout(gym.make("ifgym/EvolIF-v1", max_turns=2, patience=None), policy, seed=1)
     assert second.meta["policy_usage"]["calls"] == 2  # this episode's calls, not 3 + 2
     assert second.meta["policy_usage"]["completion_tokens"] == 4
     assert policy.usage["calls"] == 5  # lifetime totals stay available
@@ -162,7 +162,7 @@ def test_rollout_stores_the_wrappers_trace():
     from ifgym.envs.rollout import rollout
 
     episode = rollout(
-        gym.make("ifgym/EvolIF-v0", max_turns=2, patience=None),
+        gym.make("ifgym/EvolIF-v1", max_turns=2, patience=None),
         Truncation(ChatPolicy(CannedClient(["r"])), k=2),
         seed=0,
     )
@@ -171,7 +171,7 @@ def test_rollout_stores_the_wrappers_trace():
     assert [c["calls"] for c in trace["costs"]] == [{"base": 1, "light": 0}] * 2
     assert trace["counters"] == {}
     # a policy without the hook leaves no trace
-    assert "policy_trace" not in rollout(gym.make("ifgym/EvolIF-v0", max_turns=1), ScriptedPolicy(["r"]), seed=0).meta
+    assert "policy_trace" not in rollout(gym.make("ifgym/EvolIF-v1", max_turns=1), ScriptedPolicy(["r"]), seed=0).meta
 
 
 def test_a_rewrite_call_counts_apart_from_the_context():
