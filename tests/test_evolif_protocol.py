@@ -11,7 +11,7 @@ import json
 import gymnasium as gym
 import pytest
 from support.canned_server import CannedServer
-from support.canned_user import call_kind, scripted_user_model
+from support.canned_user import scripted_user_model, stating_draft
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import compose, main
@@ -213,12 +213,8 @@ def test_results_table_names_the_protocol(tmp_path, capsys, overrides, line):
 
 
 def echo_user_model(body):
-    """Writes each draft from the requirement lines of its prompt (so the drafts state their values)."""
-    messages = body["messages"]
-    if call_kind(messages) != "generate":
-        return "yes"
-    asks = [line[2:] for line in messages[-1]["content"].splitlines() if line.startswith("- ")]
-    return " ".join(asks[:3])
+    """The user model behind the server: drafts that state what the prompt asks; every topic check passes."""
+    return scripted_user_model(generate=stating_draft)(body["messages"])
 
 
 def play_llm_user(server, replies, seed, adaptive=False):

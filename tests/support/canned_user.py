@@ -31,6 +31,12 @@ def requirement_count(messages: Messages) -> int:
     return len(re.findall(r"^\d+\. ", body, flags=re.MULTILINE))
 
 
+def stating_draft(messages: Messages) -> str:
+    """A draft made of the generation prompt's instruction lines: it contains every value they ask to state."""
+    asks = [line[2:] for line in messages[-1]["content"].splitlines() if line.startswith("- ")]
+    return " ".join(asks[:3])
+
+
 def all_yes(n: int) -> str:
     return json.dumps({str(i): "yes" for i in range(1, n + 1)})
 
