@@ -110,7 +110,7 @@ class EvalConf:
 
     env: dict[str, Any] = _help(
         "gym.make kwargs plus `id`; keys ending in _llm are model settings (LLMConf fields) made into clients",
-        default_factory=lambda: {"id": "ifgym/EvolIF-v0"},
+        default_factory=lambda: {"id": "ifgym/EvolIF-v1"},
     )
     policy: PolicyConf = field(default_factory=PolicyConf)
     judge: JudgeConf = field(default_factory=JudgeConf)

@@ -110,9 +110,10 @@ class EvolIFEnv(ChatEnv):
     `judge="llm"` the episodes are recorded under the LLM id (`ifgym/EvolIF-LLM-v1`: not deterministic).
 
     EvolIF's protocol (`PAPER_PROTOCOL`; `ifgym eval env=evolif_paper judge=llm …`) is these defaults
-    with an LLM judge, so that all 12 groups are in play: `gym.make("ifgym/EvolIF-v1", judge="llm",
-    judge_llm=CLIENT)`. `protocol()` lists an env's settings and how they differ from it; every
-    episode records them in `episode.meta["evolif"]`.
+    with an LLM judge, so that all 12 groups are in play, and EvolIF's evaluator's verdicts:
+    `gym.make("ifgym/EvolIF-v1", judge="llm", judge_llm=CLIENT, checker_semantics="evolif")`.
+    `protocol()` lists an env's settings and how they differ from it; every episode records them in
+    `episode.meta["evolif"]`.
 
     ## Version History
     - v1: the user states only the change (a return to a topic does not restate its rules), and the

@@ -171,7 +171,7 @@ def test_env_scores_with_evolif_semantics_and_records_it(tmp_path) -> None:
     fenced = '```json\n{"a": 1}\n```'
     results = {}
     for semantics in SEMANTICS:
-        env = gym.make("ifgym/EvolIF-v0", script=str(script), patience=None, checker_semantics=semantics)
+        env = gym.make("ifgym/EvolIF-v1", script=str(script), patience=None, checker_semantics=semantics)
         env.reset(seed=0)
         _, reward, _, _, info = env.step(fenced)
         episode = env.unwrapped.episode
@@ -185,7 +185,7 @@ def test_env_scores_with_evolif_semantics_and_records_it(tmp_path) -> None:
     assert results["ifgym"] == (0.5, ["no", "yes"], ["yes", "yes"])
     assert results["evolif"] == (1.0, ["yes", "yes"], ["yes", "yes"])
     with pytest.raises(UnknownNameError, match="checker_semantics"):
-        gym.make("ifgym/EvolIF-v0", checker_semantics="paper")
+        gym.make("ifgym/EvolIF-v1", checker_semantics="paper")
 
 
 def test_cli_key_scores_with_evolif_semantics_and_the_summary_says_so(tmp_path, capsys) -> None:

@@ -21,7 +21,7 @@ def episode(seed: int, labels: list[str]) -> Episode:
         TurnRecord(i, "u", TurnSpec((WORDS,)), "r", [Verdict(label, "t")], [Verdict(label, "t")], 0.0)
         for i, label in enumerate(labels)
     ]
-    return Episode(f"e{seed}", "ifgym/EvolIF-v0", seed, turns, "max_turns")
+    return Episode(f"e{seed}", "ifgym/EvolIF-v1", seed, turns, "max_turns")
 
 
 def run(n: int, pass_every: int, offset: int = 0) -> list[Episode]:
