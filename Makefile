@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/structflow.py
 	$(PY) benchmarks/policies.py
+	$(PY) benchmarks/evolif_fidelity.py --parts text
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

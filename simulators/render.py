@@ -697,9 +697,7 @@ def _move_instruction(request: RenderRequest) -> str:
 def _change_only_move(request: RenderRequest) -> str:
     title = _title(request.topic)
     if request.move == "new_topic":
-        if request.turn <= 1:
-            return f"Open the conversation by asking the assistant to write about this topic: {title}."
-        return f"Switch to a new topic, unrelated to the previous one, and ask for writing about it: {title}."
+        return _move_instruction(request)
     if request.move == "return":
         return (
             "Begin with a phrase that goes back to an earlier topic of the conversation and points to it "

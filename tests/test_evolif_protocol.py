@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -189,10 +191,16 @@ def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys):
     assert summary["protocol"]["deviations"] == [] and summary["protocol"]["max_turns"] == 100
 
 
+def make_eval_demo() -> list[str]:
+    """The overrides `make eval` adds (the Makefile's DEMO), read from the Makefile itself."""
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    return re.search(r"^DEMO \?= (.*)$", makefile, re.MULTILINE).group(1).split()
+
+
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
-        (["env.max_turns=5"], "max_turns=5: a quick demo, not EvolIF's protocol"),  # what `make eval` runs
+        (make_eval_demo(), "max_turns=5: a quick demo, not EvolIF's protocol"),  # what `make eval` runs
         (["env.max_turns=3", "env.restate=all"], "restate=all: every turn restates all live rules"),
     ],
 )
