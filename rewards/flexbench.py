@@ -66,6 +66,15 @@ applied) count once per connected cluster, with the worst label, reported in
 `exclusive_conflicts`. Achievement is `n/a` (NaN; `format_rate` prints "n/a") when no branch was
 exercised, never 0. Compliance = always-on rules kept / (kept + broken), `n/a` when there is none.
 
+Over many calls (`summarize`) each rate is reported twice, under its own name: `coverage`,
+`achievement`, `compliance` (and `score`) are means over calls, each call weighing the same, and
+they are the headline (the results table's first rows, the env's reward); `coverage_pooled`,
+`achievement_pooled`, `compliance_pooled` are ratios of sums over all calls, the corpus-level
+form of the same ratios, where each base action, branch or rule weighs the same. They differ
+when calls exercise different numbers of branches (a call with one failed branch weighs as much
+as a call with five passed ones in `achievement`, a fifth as much in `achievement_pooled`); with
+one SOP every call has the same base actions, so the two Coverage figures are equal.
+
 The episode score (`FlexScores.score`, the env's end-of-episode reward) is
 `mean(Coverage, Achievement) × Compliance` (Coverage alone where Achievement is n/a, factor 1
 where Compliance is n/a). Compliance multiplies rather than averages so that keeping the rules can
@@ -1056,8 +1065,9 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     """FlexBench's headline metrics over one SOP's episodes (flat dict of floats; NaN = n/a).
 
     `turns` (total) and `turns_per_episode`; `coverage` / `achievement` / `compliance` / `score`:
-    means over episodes (achievement and compliance over the episodes where they are defined);
-    `*_pooled`: from tallies pooled over all episodes; `achievement_defined`: share of episodes
+    means over episodes, the headline (achievement and compliance over the episodes where they are
+    defined); `*_pooled`: ratios of tallies pooled over all episodes, reported beside them (see the
+    module docstring for when they differ); `achievement_defined`: share of episodes
     with an exercised branch; `unknown`,
     `gated_out`, `exclusive_conflicts`: totals; `end/<reason>`: share of episodes per
     done_reason; `pass_rate/<dimension id>`: gated yes / (yes + no), for the dimensions that were

@@ -17,6 +17,27 @@ turn (the script's `failures - 1`, as its dialogues end on a failure), averaged 
 - Where the script divides by zero (a dialogue without a failed turn that has a next turn), REC
   of that dialogue is 1.0: nothing was left unrecovered. So REC is never NaN.
 
+REC's edge cases, checked by running the released score.py on hand-made evaluation files. The
+script divides recoveries by `turns - passing turns - 1`, i.e. by the failures that have a next
+turn only when the dialogue ends on a failure (as it does when the patience runs out). Where a
+dialogue ends otherwise (the script or `max_turns` ran out), its arithmetic goes astray:
+
+| dialogue (P pass, F fail)      | score.py per dialogue      | REC (ifgym, headline) |
+|--------------------------------|----------------------------|-----------------------|
+| F F F (patience out)           | 0 / 2 = 0                  | 0 / 2 = 0             |
+| P F P F F F (patience out)     | 1 / 3                      | 1 / 3                 |
+| P P P (no failure)             | 0 / -1 = -0.0, counts as 0 | 1.0 (nothing to recover) |
+| P P F (last turn fails)        | 0 / 0 = NaN: the mean over all dialogues becomes NaN | 1.0 |
+| P F P (recovered, then ends)   | 1 / 0 = inf: the mean becomes inf | 1 / 1 = 1.0  |
+| P F P F P (ends on a pass)     | 2 / 1 = 2.0 (a rate above 1) | 2 / 2 = 1.0         |
+
+`REC` (in `summarize`) is the headline: the script's definition where the script is sound (every
+dialogue that ends by patience gets the script's number) and the stated meaning of the rate where
+it is not. `recovery_script` reproduces the script's arithmetic exactly, NaN and inf included, for
+a reader who must match a number printed with it; it is not in `summarize`, because on runs that
+end by `max_turns` or a script end it is undefined or above 1. Undetermined turns count as not
+passing there, as EvolIF's evaluator turns a judge failure into a failed turn.
+
 All rates are fractions in [0, 1] (the paper prints percentages). Every function raises
 DataFormatError for an empty episode list. A rate with nothing to measure (every verdict unknown)
 is NaN, never a made-up 0 or 1 -- except REC, as said above.
@@ -42,6 +63,7 @@ __all__ = [
     "group_pass_rates",
     "isr",
     "recovery",
+    "recovery_script",
     "robustness",
     "stability",
     "summarize",
@@ -214,6 +236,26 @@ def recovery(episodes: Sequence[Episode], loose: bool = False) -> float:
     without a failure that has a next turn counts 1.0: nothing was left unrecovered. Never NaN.
     """
     return _recovery(_tallies(episodes, loose))
+
+
+def recovery_script(episodes: Sequence[Episode], loose: bool = False) -> float:
+    """REC with EvolIF's score.py arithmetic: per dialogue recoveries / (turns - passing turns - 1), averaged.
+
+    A recovery is a passing turn right after a turn that did not pass (undetermined turns count as
+    not passing). Division as numpy does it: 0/0 is NaN, x/0 is inf, 0/-1 is -0.0; NaN and inf
+    carry into the mean. See the module docstring for when this differs from `recovery`.
+    """
+    _check_episodes(episodes)
+    rates = []
+    for episode in episodes:
+        passed = [_outcome(t, loose, f"episode {episode.episode_id!r} turn {t.index}").passed for t in episode.turns]
+        recoveries = sum(1 for before, now in zip([True, *passed], passed, strict=False) if now and not before)
+        denominator = len(passed) - sum(passed) - 1
+        if denominator:
+            rates.append(recoveries / denominator)
+        else:
+            rates.append(math.inf if recoveries else math.nan)
+    return sum(rates) / len(rates)
 
 
 def robustness(episodes: Sequence[Episode], loose: bool = False) -> float:

@@ -23,6 +23,12 @@ github.com/MLGroupJLU/StructFlowBench, which fixes the details): a Yes counts 1,
 - ISR: per turn, 1 when every item is satisfied, else 0; averaged over all turns.
 - WCSR: per turn, sum(weight * satisfied) / sum(weight) with structural items (follow-up,
   refinement, recall, expansion, summary) weighing 2 and intra-turn items 1; averaged over turns.
+  This is the released script's computation and the headline `WCSR` (the benchmark's published
+  numbers come from it).
+- WCSR_pooled: the paper's formula, sum(weight * satisfied) / sum(weight) over every item of
+  every turn at once. It differs from `WCSR` when turns carry different total weights: a turn with
+  two structural items weighs more here, while `WCSR` gives every turn the same say. Reported
+  beside `WCSR` by `summarize` and `score_file`, never in its place.
 - DRFR: satisfied items / all items, pooled over every item of every turn.
 - per item type: satisfied / items of that type, pooled; per task (the part of `conv_task` before
   ':'): CSR, ISR, DRFR and WCSR over that task's turns. ifgym adds the same four per user type
@@ -558,14 +564,17 @@ def _ordered(keys: Sequence[str], order: Sequence[str]) -> list[str]:
 
 
 def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
-    """CSR, ISR, WCSR, DRFR overall; pass rate per item type; the four per task, user type and relation.
+    """CSR, ISR, WCSR, DRFR (and WCSR_pooled) overall; pass rate per item type; the four per task, user type, relation.
 
-    Returns {"CSR", "ISR", "WCSR", "DRFR", "types": {type: rate}, "tasks": {task: {...}},
+    Returns {"CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled", "types": {type: rate}, "tasks": {task: {...}},
     "user_types": {...}, "relations": {...}, "turns", "items", "unknown", "undetermined_turns"}.
     """
     if isinstance(rows, TurnRow) or len(rows) == 0:
         raise DataFormatError("StructFlow metrics need at least one scored turn; got none")
     out: dict[str, Any] = _aggregate(rows)
+    known_items = [(label, w) for r in rows for label, w in zip(r.labels, r.weights, strict=True) if label != "unknown"]
+    weight = sum(w for _, w in known_items)
+    out["WCSR_pooled"] = sum(w for label, w in known_items if label == "yes") / weight if weight else math.nan
     yes: dict[str, int] = {}
     known: dict[str, int] = {}
     for row in rows:
@@ -623,7 +632,8 @@ def rows_from_episodes(episodes: Sequence[Episode], loose: bool = False) -> list
 def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
     """StructFlow's metrics of finished episodes as one flat dict (results table, W&B).
 
-    Keys: CSR, ISR, WCSR, DRFR, episodes, turns, items, unknown, undetermined_turns,
+    Keys: CSR, ISR, WCSR (per-turn mean, the headline), DRFR, WCSR_pooled (the paper's pooled
+    formula), episodes, turns, items, unknown, undetermined_turns,
     `pass_rate/<item type>`, and `task/<task>/<metric>`, `user_type/<type>/<metric>`,
     `relation/<relation>/<metric>` for metric in CSR, ISR, WCSR, DRFR.
 
@@ -634,7 +644,7 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     (with unknown verdicts a rate can be undefined), where `score_file` writes the script's 0.0.
     """
     m = compute_metrics(rows_from_episodes(episodes, loose))
-    out: dict[str, float] = {k: m[k] for k in ("CSR", "ISR", "WCSR", "DRFR")}
+    out: dict[str, float] = {k: m[k] for k in ("CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled")}
     out["episodes"] = float(len(episodes))
     for key in ("turns", "items", "unknown", "undetermined_turns"):
         out[key] = float(m[key])
@@ -657,7 +667,7 @@ def _round(value: Any, ndigits: int | None) -> Any:
 
 SCRIPT_TASKS: tuple[str, ...] = (*TASKS, "mix")  # the benchmark script's task list, in its order
 METRICS = ("CSR", "ISR", "WCSR", "DRFR")
-HEADLINE = METRICS  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`'s summary)
+HEADLINE = (*METRICS, "WCSR_pooled")  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`)
 
 
 def _evaluated_record(record: Any, index: int, source: str) -> tuple[list[TurnRow], bool, int, int]:
@@ -760,8 +770,9 @@ def score_file(path: str | Path, *, ndigits: int | None = None) -> dict[str, Any
     types (0.0 for a type with no items, as the script writes it), and "tasks" with its 8 tasks
     (each CSR, ISR, WCSR, DRFR; 0.0 for a task with no turns). ifgym adds "user_types" and
     "relations" (the latter from records whose `structure` is a valid flow; `invalid_structures`
-    counts the others, which are left out of it), "items_per_type", "turns_per_task", "turns",
-    "items", "nonstandard_judgements" and "other_type_items". `ndigits=2` rounds like the script.
+    counts the others, which are left out of it), "WCSR_pooled" (the paper's formula),
+    "items_per_type", "turns_per_task", "turns", "items", "nonstandard_judgements" and
+    "other_type_items". `ndigits=2` rounds like the script.
 
     What the script cannot score either is a DataFormatError naming the record and turn: a judge
     failure left in the file, a missing field it reads, a task outside its list, or a judge result
@@ -790,6 +801,7 @@ def score_file(path: str | Path, *, ndigits: int | None = None) -> dict[str, Any
     zero = dict.fromkeys(METRICS, 0.0)
     out: dict[str, Any] = {k: m[k] for k in METRICS}
     out.update({t: m["types"].get(t, 0.0) for t in ITEM_TYPES})
+    out["WCSR_pooled"] = m["WCSR_pooled"]  # ifgym's addition, after the script's keys: the paper's formula
     out["tasks"] = {t: m["tasks"].get(t, zero) for t in SCRIPT_TASKS}
     out["user_types"] = m["user_types"]
     out["relations"] = compute_metrics(structured)["relations"] if structured else {}

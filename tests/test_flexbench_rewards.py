@@ -645,3 +645,15 @@ def test_metrics_refuse_mixed_or_empty_corpora():
         summarize([])
     with pytest.raises(DataFormatError, match="not played in FlexBench"):
         summarize([Episode("x", "ifgym/EvolIF-v1", 0)])
+
+
+def test_pooled_and_per_episode_means_are_reported_under_their_own_names():
+    # e1: bases d1, d4 attempted (coverage 2/2); branches d2 yes, d5 no, free d7 yes: achievement 2/3
+    # e2: base d1 attempted, d4 not (coverage 1/2); branch d3 no: achievement 0/1
+    e1 = episode("e1", labels(d1="yes", d2="yes", d4="yes", d5="no", d7="yes", d8="yes"))
+    e2 = episode("e2", labels(d1="yes", d3="no", d4="unknown", d8="yes"))
+    s = summarize([e1, e2])
+    assert s["achievement"] == pytest.approx((2 / 3 + 0) / 2)  # per-episode mean: every call weighs the same
+    assert s["achievement_pooled"] == pytest.approx(2 / 4)  # pooled: 2 yes of 4 exercised branches
+    # one SOP, so every call has the same 2 base actions: pooled coverage 3/4 equals the mean (1 + 1/2)/2
+    assert s["coverage"] == pytest.approx(0.75) and s["coverage_pooled"] == pytest.approx(3 / 4)

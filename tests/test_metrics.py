@@ -245,3 +245,39 @@ def test_verdict_count_mismatch_names_the_turn():
 def test_json_round_trip_keeps_metrics():
     again = [Episode.from_json(e.to_json()) for e in (E1, E2, E4)]
     assert metrics.summarize(again) == pytest.approx(metrics.summarize([E1, E2, E4]))
+
+
+def _dialogue(pattern: str, done: str) -> Episode:
+    """An episode from a string of P (all pass) and F (a failed constraint), one turn per letter."""
+    return episode(pattern, *(turn(i, [(WORDS, Y if c == "P" else N)]) for i, c in enumerate(pattern)), done=done)
+
+
+# Each row: a dialogue, the value EvolIF's score.py prints for it (run on a hand-made eval file with
+# the same pass/fail sequence), and ifgym's REC. Patience 3: "FFF" ends with the patience.
+REC_EDGES = [
+    ("FFF", "patience", 0.0, 0.0),  # 0 recoveries / (3 - 0 - 1) failures with a next turn
+    ("PFPFFF", "patience", 1 / 3, 1 / 3),  # 1 / (6 - 2 - 1)
+    ("FPFFF", "patience", 1 / 3, 1 / 3),  # 1 / (5 - 1 - 1)
+    ("PPP", "script_end", 0.0, 1.0),  # script: 0 / -1 (prints 0.0); ifgym: no failure, nothing to recover
+    ("PPF", "script_end", math.nan, 1.0),  # script: 0 / 0; ifgym: the only failure has no next turn
+    ("PFP", "script_end", math.inf, 1.0),  # script: 1 / 0; ifgym: 1 recovered of 1
+    ("PFPFP", "script_end", 2.0, 1.0),  # script: 2 / 1; ifgym: 2 of 2
+]
+
+
+@pytest.mark.parametrize(("pattern", "done", "script", "ours"), REC_EDGES)
+def test_rec_edge_cases_against_score_py(pattern: str, done: str, script: float, ours: float) -> None:
+    dialogue = _dialogue(pattern, done)
+    got = metrics.recovery_script([dialogue])
+    if math.isnan(script):
+        assert math.isnan(got)
+    else:
+        assert got == script
+    assert metrics.recovery([dialogue]) == pytest.approx(ours)
+
+
+def test_rec_script_mean_carries_the_scripts_edge_values() -> None:
+    patience, clean = _dialogue("PFPFFF", "patience"), _dialogue("PPP", "script_end")
+    assert metrics.recovery_script([patience, clean]) == pytest.approx(1 / 6)  # (1/3 + 0) / 2
+    assert metrics.recovery([patience, clean]) == pytest.approx(2 / 3)  # (1/3 + 1) / 2
+    assert math.isnan(metrics.recovery_script([patience, _dialogue("PPF", "script_end")]))  # one NaN spoils it

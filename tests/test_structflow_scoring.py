@@ -331,21 +331,34 @@ C, S, I_, F, SUM = "Content Constraint", "Style Constraint", "Inverse Constraint
     "rows, expected",
     [
         # t1: 2 of 3 (CSR 2/3, ISR 0, WCSR (1+2)/4); t2: all (1, 1, 1). DRFR 4/5 pooled.
+        # WCSR_pooled: satisfied weight (1+2) + (1+2) over all weight 4 + 3 = 6/7
         (
             [row("yes no yes".split(), [C, S, F]), row(["yes", "yes"], [I_, SUM])],
-            {"CSR": 5 / 6, "ISR": 0.5, "WCSR": 0.875, "DRFR": 0.8},
+            {"CSR": 5 / 6, "ISR": 0.5, "WCSR": 0.875, "DRFR": 0.8, "WCSR_pooled": 6 / 7},
         ),
         # a failed structural item costs twice as much in WCSR as in CSR
-        ([row(["yes", "no"], [C, F])], {"CSR": 0.5, "ISR": 0.0, "WCSR": 1 / 3, "DRFR": 0.5}),
+        ([row(["yes", "no"], [C, F])], {"CSR": 0.5, "ISR": 0.0, "WCSR": 1 / 3, "DRFR": 0.5, "WCSR_pooled": 1 / 3}),
+        # per-turn mean vs pooled: t1 1 of weight 5 (1/5), t2 1 of 1: WCSR (1/5 + 1)/2 = 0.6, pooled 2/6
+        (
+            [row(["yes", "no", "no"], [C, F, SUM]), row(["yes"], [C])],
+            {"WCSR": 0.6, "WCSR_pooled": 1 / 3},
+        ),
         # unknowns count nowhere: t1 yes+unknown (ISR undetermined), t2 all unknown (left out), t3 no+unknown
         (
             [row(["yes", "unknown"], [C, S]), row(["unknown"], [C]), row(["no", "unknown"], [C, F])],
-            {"CSR": 0.5, "ISR": 0.0, "WCSR": 0.5, "DRFR": 0.5},
+            {"CSR": 0.5, "ISR": 0.0, "WCSR": 0.5, "DRFR": 0.5, "WCSR_pooled": 0.5},  # pooled: 1 of weight 2
         ),
-        # the benchmark script's values for a turn with an empty checklist: CSR 0, ISR 1, WCSR 0
-        ([row([], []), row(["yes"], [C])], {"CSR": 0.5, "ISR": 1.0, "WCSR": 0.5, "DRFR": 1.0}),
+        # the benchmark script's values for a turn with an empty checklist: CSR 0, ISR 1, WCSR 0;
+        # pooled over items, an empty turn adds nothing: 1/1
+        (
+            [row([], []), row(["yes"], [C])],
+            {"CSR": 0.5, "ISR": 1.0, "WCSR": 0.5, "DRFR": 1.0, "WCSR_pooled": 1.0},
+        ),
         # nothing known at all: NaN, never a made-up 0 or 1
-        ([row(["unknown", "unknown"], [C, F])], {"CSR": math.nan, "ISR": math.nan, "WCSR": math.nan, "DRFR": math.nan}),
+        (
+            [row(["unknown", "unknown"], [C, F])],
+            {"CSR": math.nan, "ISR": math.nan, "WCSR": math.nan, "DRFR": math.nan, "WCSR_pooled": math.nan},
+        ),
     ],
 )
 def test_metric_table(rows, expected):
