@@ -31,7 +31,11 @@ class StructFlowEnv(ChatEnv):
     Each turn comes with a checklist of yes/no items: intra-turn constraints (StructFlowBench's eight
     types) and, for the five structural relations, one structural item. With `dataset=` the env
     replays StructFlowBench's dialogues (`dataset="structflowbench"`: the 155 dialogues that ship
-    with ifgym, MIT, see `ifgym/simulators/assets/structflowbench/SOURCE`); without it, it generates
+    with ifgym, MIT, see `ifgym/simulators/assets/structflowbench/SOURCE`), or GraphIF's 24-turn
+    evaluation sets (JSON Lines of `{"id", "conv"}`, detected from the file: every checklist item
+    keeps its GraphIF type; `follow-up`, `expansion`, `refine`, `recall`, `summary`, `modify` and
+    `anchored` are structural items of weight 2, `Instruction`/`instruction`/`Global` intra-turn
+    items of weight 1; `sys` is the golden answer; no GraphIF data ships); without it, it generates
     dialogues from structure templates × topics × task types × user types (offline and seeded with
     `generator="template"`, whose intra-turn items are all rule-checkable; or through a user model
     with `generator="llm"`).
@@ -81,7 +85,7 @@ class StructFlowEnv(ChatEnv):
     ## Arguments
     | argument | default | meaning |
     |---|---|---|
-    | `dataset` | `None` | `"structflowbench"` (packaged) or a path to a file in its format; None = generate |
+    | `dataset` | `None` | `"structflowbench"` (packaged), or a StructFlowBench or GraphIF file; None = generate |
     | `context` | `None` | `"golden"` (reference answers as history) or `"own"`; None = see Observation Space |
     | `generator` | `"template"` | without a dataset: `"template"` (offline) or `"llm"` (needs `user_llm`) |
     | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
@@ -230,7 +234,7 @@ class StructFlowEnv(ChatEnv):
             "task": d.task_name,
             "user_type": d.user_type,
             "topic": d.topic,
-            "structure": d.flow.to_json(),
+            "structure": d.flow.to_json() if d.flow else None,  # None: the file states no structure (GraphIF)
             "source": d.source,
             "context": self.context,
             **({"template": d.meta["template"]} if "template" in d.meta else {}),

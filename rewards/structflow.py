@@ -519,6 +519,7 @@ class TurnRow:
     task: str = ""
     user_type: str = "unknown"
     relation: str = FIRST_TURN
+    dialogue: str = ""
 
 
 def _turn_values(row: TurnRow) -> tuple[float | None, float | None, float | None]:
@@ -558,6 +559,17 @@ def _aggregate(rows: Sequence[TurnRow]) -> dict[str, float]:
     return {"CSR": _mean(csr), "ISR": _mean(isr), "WCSR": _mean(wcsr), "DRFR": yes / known if known else math.nan}
 
 
+def _only_type(rows: Sequence[TurnRow], kind: str) -> list[TurnRow]:
+    """The turns that have items of `kind`, each cut down to those items (per-type CSR/ISR/WCSR/DRFR)."""
+    out = []
+    for row in rows:
+        items = [(label, w) for label, t, w in zip(row.labels, row.types, row.weights, strict=True) if t == kind]
+        if items:
+            labels, weights = zip(*items, strict=True)
+            out.append(TurnRow(labels, (kind,) * len(items), weights, row.task, row.user_type))
+    return out
+
+
 def _ordered(keys: Sequence[str], order: Sequence[str]) -> list[str]:
     rank = {k: i for i, k in enumerate(order)}
     return sorted(keys, key=lambda k: (rank.get(k, len(rank)), k))
@@ -566,8 +578,10 @@ def _ordered(keys: Sequence[str], order: Sequence[str]) -> list[str]:
 def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
     """CSR, ISR, WCSR, DRFR (and WCSR_pooled) overall; pass rate per item type; the four per task, user type, relation.
 
-    Returns {"CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled", "types": {type: rate}, "tasks": {task: {...}},
-    "user_types": {...}, "relations": {...}, "turns", "items", "unknown", "undetermined_turns"}.
+    Returns {"CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled", "types": {type: rate}, "type_metrics": {type:
+    the four over that type's items only}, "tasks": {task: {...}}, "user_types": {...}, "relations": {...},
+    "dialogues": {dialogue id: {...}}, "turns", "items", "unknown", "undetermined_turns"}. Within one type
+    WCSR equals CSR (one weight) and DRFR equals the type's rate.
     """
     if isinstance(rows, TurnRow) or len(rows) == 0:
         raise DataFormatError("StructFlow metrics need at least one scored turn; got none")
@@ -583,6 +597,7 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
                 known[kind] = known.get(kind, 0) + 1
                 yes[kind] = yes.get(kind, 0) + (label == "yes")
     out["types"] = {k: yes[k] / known[k] for k in _ordered(list(known), ITEM_TYPES)}
+    out["type_metrics"] = {k: _aggregate(_only_type(rows, k)) for k in out["types"]}
     for key, attr, order in (
         ("tasks", "task", [*TASKS, "mix"]),
         ("user_types", "user_type", ("professional", "non-professional")),
@@ -592,6 +607,10 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
         for row in rows:
             groups.setdefault(getattr(row, attr), []).append(row)
         out[key] = {g: _aggregate(groups[g]) for g in _ordered(list(groups), order)}
+    dialogues: dict[str, list[TurnRow]] = {}
+    for row in rows:
+        dialogues.setdefault(row.dialogue, []).append(row)
+    out["dialogues"] = {d: _aggregate(dialogue_rows) for d, dialogue_rows in dialogues.items()}
     out["turns"] = len(rows)
     out["items"] = sum(len(r.labels) for r in rows)
     out["unknown"] = sum(label == "unknown" for r in rows for label in r.labels)
@@ -624,6 +643,7 @@ def rows_from_episodes(episodes: Sequence[Episode], loose: bool = False) -> list
                     task=str(meta.get("task", "")),
                     user_type=str(meta.get("user_type", "unknown")),
                     relation=meta.get("relation") or FIRST_TURN,
+                    dialogue=str(meta.get("dialogue", episode.episode_id)),
                 )
             )
     return rows
@@ -634,8 +654,9 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
 
     Keys: CSR, ISR, WCSR (per-turn mean, the headline), DRFR, WCSR_pooled (the paper's pooled
     formula), episodes, turns, items, unknown, undetermined_turns,
-    `pass_rate/<item type>`, and `task/<task>/<metric>`, `user_type/<type>/<metric>`,
-    `relation/<relation>/<metric>` for metric in CSR, ISR, WCSR, DRFR.
+    `pass_rate/<item type>`, `type/<item type>/CSR` and `.../ISR` (over that type's items only),
+    and `task/<task>/<metric>`, `user_type/<type>/<metric>`, `relation/<relation>/<metric>` for
+    metric in CSR, ISR, WCSR, DRFR. Per dialogue: `dialogue_metrics`.
 
     The same quantities in `score_file`'s output (the benchmark's nesting): `pass_rate/<item type>`
     is its bare `<item type>` key, `task/<task>/<metric>` is `["tasks"][<task>][<metric>]`,
@@ -649,10 +670,17 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     for key in ("turns", "items", "unknown", "undetermined_turns"):
         out[key] = float(m[key])
     out.update({f"pass_rate/{k}": v for k, v in m["types"].items()})
+    for kind, values in m["type_metrics"].items():  # DRFR of a type is its pass_rate; WCSR its CSR
+        out.update({f"type/{kind}/{name}": values[name] for name in ("CSR", "ISR")})
     for prefix, key in (("task", "tasks"), ("user_type", "user_types"), ("relation", "relations")):
         for group, values in m[key].items():
             out.update({f"{prefix}/{group}/{name}": value for name, value in values.items()})
     return out
+
+
+def dialogue_metrics(episodes: Sequence[Episode], loose: bool = False) -> dict[str, dict[str, float]]:
+    """CSR, ISR, WCSR and DRFR of each dialogue (keyed by dialogue id, in the episodes' order)."""
+    return compute_metrics(rows_from_episodes(episodes, loose))["dialogues"]
 
 
 def _round(value: Any, ndigits: int | None) -> Any:

@@ -12,6 +12,8 @@ Sources of dialogues:
   `conv_task`, `conv_topic`, `user_type`, …). Every record is validated up front; a bad one is a
   DataFormatError naming the record index and the field. Turns are identified by position (the
   benchmark's own scripts do the same; one record of the released file repeats turn names).
+  The same function reads GraphIF's long-dialogue evaluation sets (JSON Lines of `{"id", "conv"}`,
+  see `parse_graphif_record`); the format is detected from the file's content.
 - `TemplateDialogueGenerator`: offline and seeded. Structure template × topic (the EvolIF topic
   bank) × task type × user type; the user's words come from phrase tables, and every intra-turn
   requirement is a rule-checkable constraint of the EvolIF catalog, so only the structural items
@@ -33,6 +35,7 @@ LLM generation falls back to the offline generator for the same parameters and i
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import numbers
@@ -58,6 +61,7 @@ from ifgym.simulators.flows import (
     ITEM_TYPES,
     RELATIONS,
     STRUCTURAL_TYPES,
+    STRUCTURAL_WEIGHT,
     TYPE_WEIGHTS,
     Flow,
     flow_from_json,
@@ -81,6 +85,7 @@ __all__ = [
     "extract_json",
     "load_dataset",
     "parse_dataset",
+    "parse_graphif_record",
     "task_name",
     "unstated",
     "user_type_name",
@@ -229,20 +234,29 @@ def constraint_item(c: Constraint, item_id: str) -> ChecklistItem:
 
 @dataclass(frozen=True)
 class DialogueTurn:
-    """One user turn: the prompt, the golden answer (None when there is none), the checklist, the plan line."""
+    """One user turn: the prompt, the golden answer (None when there is none), the checklist, the plan line.
+
+    `relation` labels the turn's relation to earlier turns when the dialogue has no structure of its
+    own (GraphIF's sets); None takes it from the dialogue's flow.
+    """
 
     prompt: str
     answer: str | None
     checklist: tuple[ChecklistItem, ...]
     plan: str = ""
+    relation: str | None = None
 
 
 @dataclass(frozen=True)
 class Dialogue:
-    """A structured dialogue: its flow, its turns, and what it is about (task, topic, user type)."""
+    """A structured dialogue: its flow, its turns, and what it is about (task, topic, user type).
+
+    `flow` is None for a dialogue whose file states no structure (GraphIF's sets): each turn's
+    `relation` label then stands in for it.
+    """
 
     id: str
-    flow: Flow
+    flow: Flow | None
     turns: tuple[DialogueTurn, ...]
     task: str  # the full conv_task string
     topic: str
@@ -252,7 +266,7 @@ class Dialogue:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if len(self.turns) != self.flow.n_turns:
+        if self.flow is not None and len(self.turns) != self.flow.n_turns:
             raise ConfigError(f"dialogue {self.id!r}: {len(self.turns)} turns but its flow has {self.flow.n_turns}")
 
     @property
@@ -268,13 +282,13 @@ class Dialogue:
     def spec(self, index: int) -> TurnSpec:
         """The ground truth of turn `index` (0-based): its checklist, relation, and golden answer in meta."""
         turn = self.turns[index]
-        relation = self.flow.relation_of(index)
+        relation = turn.relation if turn.relation is not None or self.flow is None else self.flow.relation_of(index)
         meta = {
             "dialogue": self.id,
             "turn_name": turn_name(index),
             "turn_index": index,
             "relation": relation,
-            "sources": [turn_name(s) for s in self.flow.sources_of(index)],
+            "sources": [turn_name(s) for s in self.flow.sources_of(index)] if self.flow else [],
             "task": self.task_name,
             "user_type": self.user_type,
             "golden_answer": turn.answer,
@@ -303,7 +317,7 @@ class Dialogue:
             "summarized prompts": [
                 {"name": turn_name(k), "description": t.plan, "explanation": ""} for k, t in enumerate(self.turns)
             ],
-            "structure": self.flow.to_json(),
+            "structure": self.flow.to_json() if self.flow else [],
             "conv_topic": self.topic,
             "conv_task": self.task,
             "whole_conv": [
@@ -446,19 +460,171 @@ def parse_dataset(data: Any, source: str = "dataset") -> tuple[Dialogue, ...]:
     return tuple(parse_record(r, i, source) for i, r in enumerate(data))
 
 
+# ---------------------------------------------------------------------------------------------
+# GraphIF's long-dialogue evaluation sets (format: ../shared/data/graphif/FORMAT.md; no data ships)
+# ---------------------------------------------------------------------------------------------
+
+# GraphIF's checklist types. Structural ones relate a turn to earlier turns and weigh 2, as in
+# StructFlowBench's WCSR; the others are about the turn itself ("Global": a constraint from an
+# earlier turn that holds to the end, repeated on every later checklist) and weigh 1.
+GRAPHIF_STRUCTURAL_TYPES: tuple[str, ...] = (
+    "follow-up",
+    "expansion",
+    "refine",
+    "recall",
+    "summary",
+    "modify",
+    "anchored",
+)
+GRAPHIF_INTRA_TYPES: tuple[str, ...] = ("Instruction", "instruction", "Global")
+GRAPHIF_TYPES: tuple[str, ...] = GRAPHIF_INTRA_TYPES + GRAPHIF_STRUCTURAL_TYPES
+
+
+def _graphif_strings(value: Any, where: str) -> list[str]:
+    """A checklist field: a JSON list of strings, or a string holding a Python list literal of strings."""
+    if isinstance(value, str):
+        try:
+            value = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            problem = f"a string that is not a Python list literal ({exc})"
+            raise DataFormatError(f"{where}: {problem}: {value!r:.80}") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DataFormatError(f"{where}: expected a list of strings (or a string holding one), got {value!r:.80}")
+    return value
+
+
+def _graphif_relation(index: int, types: Sequence[str]) -> str | None:
+    """The turn's relation label: its structural types joined by '+', "none" without one, None for turn 0."""
+    structural = [t for t in dict.fromkeys(types) if t in GRAPHIF_STRUCTURAL_TYPES]
+    if structural:
+        return "+".join(structural)
+    return None if index == 0 else "none"
+
+
+def parse_graphif_record(record: Any, index: int, source: str = "dataset", task: str = "graphif") -> Dialogue:
+    """One line of a GraphIF evaluation set as a Dialogue (id `graphif-<id>`); errors name the line and field.
+
+    Each turn keeps `user` as the prompt, `sys` as the golden answer, and every checklist question
+    with its own type (`check_list` and `constraint_type`, each a JSON list or a string holding a
+    Python list literal, of equal length). Structural types (GRAPHIF_STRUCTURAL_TYPES) are
+    structural items of weight 2, the others intra-turn items of weight 1. The dialogue has no flow
+    structure (GraphIF's files state none: `flow` is None); each turn's relation is labelled by
+    its structural types.
+    `task` names the set in the per-task breakdown (by default the file's name).
+    """
+    where = f"{source}: line {index + 1}"
+    if not isinstance(record, Mapping):
+        raise DataFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    conv = record.get("conv")
+    if not isinstance(conv, list) or not conv:
+        raise DataFormatError(f"{where}: field 'conv' must be a non-empty list of turns, got {conv!r:.80}")
+    record_id = record.get("id", index)
+    if isinstance(record_id, bool) or not isinstance(record_id, int | str):
+        raise DataFormatError(f"{where}: field 'id' must be an int or a string, got {record_id!r:.80}")
+    did = f"graphif-{record_id}"
+    turns, turn_ids = [], []
+    for k, raw in enumerate(conv):
+        at = f"{where} conv[{k}]"
+        if not isinstance(raw, Mapping):
+            raise DataFormatError(f"{at}: expected an object, got {type(raw).__name__}")
+        prompt = _str(raw, "user", at)
+        answer = _str(raw, "sys", at, empty=True)
+        turn_id = raw.get("id", k)
+        digits = isinstance(turn_id, str) and turn_id.isdigit()
+        if isinstance(turn_id, bool) or not (isinstance(turn_id, int) or digits):
+            raise DataFormatError(f"{at}: field 'id' must be the turn index (an int or digits), got {turn_id!r}")
+        turn_ids.append(int(turn_id))
+        for key in ("check_list", "constraint_type"):
+            if key not in raw:
+                raise DataFormatError(f"{at}: missing field {key!r}")
+        questions = _graphif_strings(raw["check_list"], f"{at} field 'check_list'")
+        types = _graphif_strings(raw["constraint_type"], f"{at} field 'constraint_type'")
+        if len(questions) != len(types):
+            raise DataFormatError(
+                f"{at}: {len(questions)} check_list questions but {len(types)} constraint_type entries; "
+                "they must pair up one to one"
+            )
+        items = []
+        for j, (question, kind) in enumerate(zip(questions, types, strict=True)):
+            if kind not in GRAPHIF_TYPES:
+                raise DataFormatError(
+                    f"{at} constraint_type[{j}]: {kind!r} is not a GraphIF type.{did_you_mean(kind, GRAPHIF_TYPES)} "
+                    f"Allowed: {', '.join(GRAPHIF_TYPES)}"
+                )
+            if not question.strip():
+                raise DataFormatError(f"{at} check_list[{j}]: an empty question")
+            structural = kind in GRAPHIF_STRUCTURAL_TYPES
+            items.append(
+                ChecklistItem(
+                    id=f"{did}/{turn_name(k)}/{j + 1}",
+                    question=question,
+                    type=kind,
+                    kind="structural" if structural else "intra",
+                    weight=STRUCTURAL_WEIGHT if structural else 1.0,
+                )
+            )
+        turns.append(DialogueTurn(prompt, answer, tuple(items), relation=_graphif_relation(k, types)))
+    return Dialogue(
+        id=did,
+        flow=None,
+        turns=tuple(turns),
+        task=task,
+        topic="",
+        source=source,
+        meta={"index": index, "format": "graphif", "record_id": record_id, "turn_ids": turn_ids},
+    )
+
+
+def _parse_graphif(text: str, path: str) -> tuple[Dialogue, ...]:
+    task = Path(path).stem
+    dialogues = []
+    for lineno, line in enumerate(text.splitlines()):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problem = f"invalid JSON ({exc.msg} at column {exc.colno})"
+            raise DataFormatError(f"{path}: line {lineno + 1}: {problem}") from None
+        dialogues.append(parse_graphif_record(record, lineno, path, task))
+    if not dialogues:
+        raise DataFormatError(f"{path}: no dialogues")
+    ids = [d.id for d in dialogues]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise DataFormatError(f"{path}: dialogue ids repeat ({', '.join(repeated)}); each line needs its own 'id'")
+    return tuple(dialogues)
+
+
+def _looks_like_graphif(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(record, Mapping) and "conv" in record
+
+
 @functools.lru_cache(maxsize=4)
 def _load_dataset(path: str, mtime_ns: int, size: int) -> tuple[Dialogue, ...]:
+    text = Path(path).read_text(encoding="utf-8")
+    if _looks_like_graphif(text):
+        return _parse_graphif(text, path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataFormatError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        raise DataFormatError(
+            f"{path}: neither StructFlowBench's JSON (a list of records with 'whole_conv') nor GraphIF's JSON Lines "
+            f"(one {{'id', 'conv'}} object per line): invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
     return parse_dataset(data, path)
 
 
 def load_dataset(path: str | Path) -> tuple[Dialogue, ...]:
-    """A dataset as dialogues: a packaged one by name (`DATASETS`), or a file in StructFlowBench's format.
+    """A dataset as dialogues: a packaged one by name (`DATASETS`), or a file in StructFlowBench's or GraphIF's format.
 
-    Cached while the file is unchanged.
+    The format is detected: a JSON list of StructFlowBench records, or JSON Lines of GraphIF
+    dialogues (`{"id", "conv"}` per line, see `parse_graphif_record`). Cached while the file is unchanged.
     """
     p = packaged_or_path(path, DATASETS, "dataset")
     try:
@@ -1300,7 +1466,7 @@ class StructFlowUser(UserSimulator):
     def _begin(self, dialogue: Dialogue, before: Mapping[str, int]) -> UserTurn:
         self.dialogue = dialogue
         self._next = 1
-        stats = {"turns": dialogue.flow.n_turns, "played": 1}
+        stats = {"turns": len(dialogue.turns), "played": 1}
         if self.generator is not None:
             stats["generated"] = 1
             stats["fallbacks"] = self._stats.get("fallbacks", 0)
