@@ -511,6 +511,11 @@ def parse_graphif_record(record: Any, index: int, source: str = "dataset", task:
     structure (GraphIF's files state none: `flow` is None); each turn's relation is labelled by
     its structural types.
     `task` names the set in the per-task breakdown (by default the file's name).
+
+    The weights follow StructFlowBench's convention (structural 2, the rest 1). GraphIF's own
+    released scorer (evaluate/evaluate.py) weighs only lower-case `instruction` 1 and every other
+    type 2, `Instruction` and `Global` included, so its WCSR on structflowbench_graphif equals
+    its CSR; compare WCSR with GraphIF's published numbers with that in mind.
     """
     where = f"{source}: line {index + 1}"
     if not isinstance(record, Mapping):
