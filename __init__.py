@@ -1,13 +1,33 @@
 """ifgym: multi-turn instruction following as Gymnasium environments.
 
 Importing ifgym registers its env ids with gymnasium (string entry points, so nothing heavy is
-imported until `gym.make`).
+imported until `gym.make`). Submodules load on first attribute access, so after `import ifgym`
+`help(ifgym.envs.evolif.EvolIFEnv)` works without importing anything else up front.
 """
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from types import ModuleType
 
 from gymnasium.envs.registration import register, registry
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict
 
+
+def lazy_submodules(package: str, path: Iterable[str]) -> Callable[[str], ModuleType]:
+    """A module-level `__getattr__` for `package` that imports its submodules on first access (PEP 562)."""
+    names = frozenset(m.name for m in pkgutil.iter_modules(list(path)))
+
+    def __getattr__(name: str) -> ModuleType:
+        if name in names:
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
+
+
+__getattr__ = lazy_submodules(__name__, __path__)
 __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "Episode", "TurnRecord", "TurnSpec", "UserTurn", "Verdict"]
 

@@ -1,8 +1,11 @@
 """The dialogue envs and the loops that run policies in them."""
 
+from ifgym import lazy_submodules
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.rollout import EpisodeLog, arollout, arun, read_episodes, rollout, run
 from ifgym.envs.spaces import ChatSpace, ReplySpace
+
+__getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 
 __all__ = [
     "ChatEnv",

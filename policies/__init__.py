@@ -10,6 +10,7 @@ tokens), resets its per-episode state with `reset()`, counts the episode in `epi
 leaves what to inspect in `episode_record()`. ACT is defined in `ifgym.policies.wrapper`.
 """
 
+from ifgym import lazy_submodules
 from ifgym.policies.base import Policy, ScriptedPolicy
 from ifgym.policies.chat import ChatPolicy, embedded_policy
 from ifgym.policies.context_agent import ContextAgent
@@ -17,6 +18,8 @@ from ifgym.policies.embeddings import HashingEmbedder, MiniLMEmbedder
 from ifgym.policies.graphif import GraphIF
 from ifgym.policies.truncation import Truncation
 from ifgym.policies.wrapper import TurnCost, WrapperPolicy, cost_summary
+
+__getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 
 __all__ = [
     "ChatPolicy",

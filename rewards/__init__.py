@@ -3,6 +3,7 @@
 Import public names from here (`from ifgym.rewards import Constraint, from_evolif, summarize`).
 """
 
+from ifgym import lazy_submodules
 from ifgym.rewards.constraints import (
     GROUPS,
     JUDGED_GROUPS,
@@ -20,6 +21,8 @@ from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scorer, Scores
 from ifgym.rewards.trl import ConstraintReward, export_prompt_rows, write_prompt_rows
+
+__getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 
 __all__ = [
     "GROUPS",

@@ -8,6 +8,10 @@ import sys
 import venv
 from pathlib import Path
 
+import gymnasium as gym
+
+import ifgym
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "llama_cpp", "wandb", "sentence_transformers", "matplotlib", "openai")
 
@@ -16,6 +20,25 @@ def test_import_ifgym_is_light():
     code = "import sys, ifgym, gymnasium as gym; gym.spec('ifgym/EvolIF-v1'); print(sorted(set(sys.modules) & set(%r)))"
     out = subprocess.run([sys.executable, "-c", code % (HEAVY,)], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_help_on_every_env_class_after_import_ifgym():
+    """`help(ifgym.envs.evolif.EvolIFEnv)` and friends, reached by attribute access from the registry's entry points."""
+    code = (
+        "import io, contextlib, gymnasium as gym, ifgym\n"
+        "for env_id in ifgym.ENV_IDS:\n"
+        "    module, name = gym.spec(env_id).entry_point.split(':')\n"
+        "    obj = ifgym\n"
+        "    for part in module.split('.')[1:]:\n"
+        "        obj = getattr(obj, part)\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        help(getattr(obj, name))\n"
+        "    print(env_id, name, '## Episode End' in out.getvalue())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    expected = [f"{i} {gym.spec(i).entry_point.split(':')[1]} True" for i in ifgym.ENV_IDS]
+    assert out.stdout.splitlines() == expected  # every id, its class, and a docstring with the Gymnasium sections
 
 
 def test_policies_import_nothing_from_the_ground_truth():
