@@ -1,25 +1,38 @@
 """`ifgym` command line: `ifgym eval [overrides…]`, `ifgym export-prompts …`, `ifgym flexbench-dimensions …`.
 
-`eval` composes the Hydra config groups in ifgym/conf (env, policy, judge, logger) with the
-overrides given, runs the episodes (resuming into an existing output), prints the results table,
-writes the plots and the summary, and logs to W&B when `logger=wandb`.
+`eval` is a Hydra app (`hydra.main` over the config groups in ifgym/conf: env, policy, judge,
+logger) and takes Hydra's own flags: `-m/--multirun` sweeps (basic sweeper; each job its own run
+folder; `SweepSummary` writes a table across jobs at the end), `--cfg`, `--info`,
+`--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job runs the episodes
+(resuming into its folder), prints the results table, writes the run record, summary and plots,
+and logs to W&B when `logger=wandb`. Mistakes in the config end in one `ifgym: error:` line.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ifgym.records import run_key
+
+try:  # the Hydra callback base class; hydra is a core dependency, imported here only for the class
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover
+    Callback = object  # type: ignore[assignment,misc]
 
 USAGE_TEMPLATE = """usage: ifgym <command> [args]
 
 commands:
-  eval [KEY=VALUE ...]       evaluate a policy in an env (Hydra overrides, e.g. env.max_turns=10
+  eval [FLAGS] [KEY=VALUE ...]  evaluate a policy in an env (Hydra overrides, e.g. env.max_turns=10
                              policy=openai policy.llm.base_url=http://127.0.0.1:8000/v1 policy.llm.model=M
-                             judge=llm logger=wandb episodes=20). `ifgym eval --cfg` prints the config.
+                             judge=llm logger=wandb episodes=20). Hydra's flags: -m/--multirun (sweep,
+                             e.g. -m env.patience=2,3), --cfg [job|hydra|all], --info, -cd/--config-dir DIR
+                             and -cn/--config-name NAME (your own configs), hydra.run.dir=… hydra.sweep.dir=…
   export-prompts EPISODES OUT  turn an episodes JSONL into TRL prompt rows (JSONL) for ConstraintReward
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
@@ -34,12 +47,16 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 GROUPS = ("env", "policy", "judge", "logger")
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group: the YAML files in ifgym/conf/<group>/."""
+def group_options(group: str, config_dir: str | None = None) -> list[str]:
+    """The options of a config group: the YAML files in ifgym/conf/<group>/ (and in `config_dir`/<group>/)."""
     from importlib.resources import files
 
-    folder = files("ifgym.conf") / group
-    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    folders = [files("ifgym.conf") / group]
+    if config_dir:
+        folders.append(Path(config_dir) / group)
+    return sorted(
+        {p.name.removesuffix(".yaml") for f in folders if f.is_dir() for p in f.iterdir() if p.name.endswith(".yaml")}
+    )
 
 
 def usage() -> str:
@@ -48,28 +65,67 @@ def usage() -> str:
     return USAGE_TEMPLATE.format(groups="\n".join(lines))
 
 
-def _compose(overrides: list[str]):
+def _compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_module
 
     from ifgym.conf.schema import register_configs
 
     register_configs()
+    if config_dir:  # as --config-dir does: the folder's configs come before ifgym's
+        overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
     with initialize_config_module(config_module="ifgym.conf", version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+        return hydra_compose(config_name=config_name or "config", overrides=overrides)
 
 
-def compose(overrides: list[str]):
-    """The eval config with overrides applied; a typo or bad value raises one ConfigError."""
+def compose(overrides: list[str], *, config_dir: str | None = None, config_name: str | None = None):
+    """The eval config with overrides applied (as `ifgym eval` composes it); any mistake raises one ConfigError."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from ifgym.errors import ConfigError
 
     try:
-        return _compose(overrides)
+        cfg = _compose(overrides, config_dir, config_name)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_explain(exc, overrides)) from None
+        raise ConfigError(_explain(exc, overrides, config_dir, config_name)) from None
+    check_schema(cfg, overrides)
+    return cfg
+
+
+def check_schema(cfg: Any, overrides: Sequence[str] = ()) -> None:
+    """Refuse keys the schema does not have (added with `+key=…`), naming the override and the closest key.
+
+    `env` is open (its keys are the env's arguments, which the env itself checks, with a
+    did-you-mean); every other node is typed (`ifgym.conf.schema`).
+    """
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import DictConfig, OmegaConf
+
+    from ifgym.errors import ConfigError, did_you_mean
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        schema = OmegaConf.get_type(node)
+        if is_dataclass(schema):
+            allowed = [f.name for f in fields(schema)]
+            for key in node:
+                if key not in allowed:
+                    name = prefix + str(key)
+                    culprit = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == name), None)
+                    where = f" (from {culprit!r})" if culprit else ""
+                    known = [prefix + k for k in allowed]
+                    raise ConfigError(
+                        f"unknown config key {name!r}{where}.{did_you_mean(name, known)} `ifgym eval --help` lists the "
+                        "keys; a config group of your own goes in a folder given with --config-dir"
+                    )
+        for key in node:
+            if prefix + str(key) != "env":
+                walk(node._get_node(key), f"{prefix}{key}.")
+
+    walk(cfg, "")
 
 
 def _flat_keys(node: Any, prefix: str = "") -> list[str]:
@@ -82,7 +138,9 @@ def _flat_keys(node: Any, prefix: str = "") -> list[str]:
     return keys
 
 
-def _explain(exc: Exception, overrides: list[str]) -> str:
+def _explain(
+    exc: Exception, overrides: Sequence[str], config_dir: str | None = None, config_name: str | None = None
+) -> str:
     """Name the override at fault, with the closest real key, for a failed composition."""
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
@@ -97,12 +155,12 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
     choices = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
     for item in choices:
         group, option = item.split("=", 1)
-        if option not in group_options(group):
-            return f"unknown {group} option {option!r}.{did_you_mean(option, group_options(group))} " + (
-                f"Options: {', '.join(group_options(group))}"
-            )
+        options = group_options(group, config_dir)
+        if "," not in option and option not in options:  # a sweep (a,b) is checked per job
+            return f"unknown {group} option {option!r}.{did_you_mean(option, options)} Options: {', '.join(options)}"
     try:  # the keys that exist once the chosen group options are in
-        known = _flat_keys(OmegaConf.to_container(_compose(choices)))
+        single = [o for o in choices if "," not in o]
+        known = _flat_keys(OmegaConf.to_container(_compose(single, config_dir, config_name)))
     except (HydraException, OmegaConfBaseException):
         return generic
     for item in overrides:
@@ -132,22 +190,6 @@ def config_help() -> str:
     lines.append("\nLLM settings (under policy.llm, policy.light_llm, judge.llm and env.*_llm):")
     walk(LLMConf, "*.")
     return "\n".join(lines)
-
-
-# LLM settings that change how a run is carried out, not what its episodes are: a resumed run may change them.
-OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env")
-
-
-def run_key(cfg: dict[str, Any]) -> str:
-    """Hash of what defines the episodes (not how many, where they go, how they are logged or run)."""
-
-    def strip(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if k not in OPERATIONAL_LLM_KEYS}
-        return node
-
-    keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}
-    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
@@ -248,6 +290,8 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     """A factory of envs from the env and judge groups; model settings (`*_llm`) become shared clients."""
     import gymnasium as gym
 
+    from ifgym.errors import ConfigError
+
     env_id = env_cfg["id"]
     kwargs: dict[str, Any] = {}
     for key, value in env_cfg.items():
@@ -261,7 +305,11 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     def make_env() -> Any:
         return gym.make(env_id, **kwargs)
 
-    make_env().close()  # fail on a bad env config (misspelt arguments get a did-you-mean) before any model call
+    try:  # fail on a bad env config (misspelt arguments get a did-you-mean) before any model call
+        make_env().close()
+    except gym.error.Error as exc:  # gymnasium's own: an unknown id, with its did-you-mean
+        ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
+        raise ConfigError(f"env.id={env_id}: {exc} (ifgym's ids: {ids})") from None
     return make_env
 
 
@@ -300,22 +348,43 @@ def run_intervals(episodes: list[Any], summary: dict[str, Any], env: Any, settin
     return {"ci": ci, "ci_settings": settings.to_json()}
 
 
-def evaluate(cfg) -> dict[str, Any]:
-    """Run `ifgym eval` for a composed config; returns the summary dict it also writes."""
+def evaluate(
+    cfg: Any,
+    run_dir: str | Path | None = None,
+    *,
+    command: Sequence[str] | None = None,
+    job: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run one evaluation for a composed config; returns the summary dict it also writes.
+
+    The run folder is `run_dir` (Hydra's output directory under `ifgym eval`), else the folder of
+    `output=`, else `runs/<env>-<run_key>/`. It receives `episodes.jsonl` (unless `output=` names
+    another file), `run.json` (the run record), `summary.json` and the plots. `command` and `job`
+    (the Hydra job: mode, number, sweep folder, overrides) go into the run record.
+    """
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.envs.rollout import run
+    from ifgym.errors import ConfigError
+    from ifgym.records import RunRecord, default_run_dir
     from ifgym.report import results_table, user_stats, write_plots, write_summary
     from ifgym.stats import CISettings
 
+    check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
     # a bad interval setting fails now, not after the episodes
     ci_settings = None
     if resolved["ci"]:
         ci_settings = CISettings(resolved["ci_resamples"], resolved["ci_level"], resolved["seed"])
     key = run_key(resolved)
-    out = Path(resolved["output"] or f"runs/{resolved['env']['id'].split('/')[-1]}-{key}/episodes.jsonl")
+    if (job or {}).get("mode") == "MULTIRUN" and resolved["output"]:
+        raise ConfigError(
+            f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
+            "(each job writes episodes.jsonl in its own folder under hydra.sweep.dir)"
+        )
+    folder = Path(run_dir) if run_dir is not None else default_run_dir(resolved)
+    out = Path(resolved["output"]).expanduser() if resolved["output"] else folder / "episodes.jsonl"
     _claim_run_folder(out)
     clients: dict[str, Any] = {}
     make_policy = build_policy(resolved["policy"], clients)
@@ -323,22 +392,28 @@ def evaluate(cfg) -> dict[str, Any]:
     first_env = make_env().unwrapped
     summarize = first_env.summarize
 
+    record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job)
+    record.start(clients)
     seeds = range(resolved["seed"], resolved["seed"] + resolved["episodes"])
     logger = None
-    if resolved["logger"]["kind"] == "wandb":
-        from ifgym.tracking import WandbLogger
+    try:
+        if resolved["logger"]["kind"] == "wandb":
+            from ifgym.tracking import WandbLogger
 
-        logger = WandbLogger(resolved["logger"], config=resolved, run_key=key, summarize=summarize)
-    episodes = run(
-        make_env,
-        make_policy,
-        seeds,
-        output=out,
-        run_key=key,
-        concurrency=resolved["concurrency"],
-        progress=resolved["progress"],
-        on_episode=logger.log_episode if logger else None,
-    )
+            logger = WandbLogger(resolved["logger"], config=resolved, run_key=key, summarize=summarize)
+        episodes = run(
+            make_env,
+            make_policy,
+            seeds,
+            output=out,
+            run_key=key,
+            concurrency=resolved["concurrency"],
+            progress=resolved["progress"],
+            on_episode=logger.log_episode if logger else None,
+        )
+    except BaseException as exc:
+        record.fail(exc)
+        raise
     # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
     semantics = getattr(first_env, "checker_semantics", "ifgym")
     has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
@@ -352,12 +427,20 @@ def evaluate(cfg) -> dict[str, Any]:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
     summary["output"] = str(out)
+    summary["headline"] = list(getattr(first_env, "headline_metrics", ()))
+    summary["run"] = record.summary_reference() | {
+        "env": resolved["env"]["id"],
+        "policy": resolved["policy"]["kind"],
+        "judge": resolved["judge"]["kind"],
+        "models": record.data["models"],
+    }
     if ci_settings is not None:
         summary.update(run_intervals(episodes, summary, first_env, ci_settings))
     plots = write_plots(episodes, summary, out.parent) if resolved["plots"] else {}
     if hasattr(first_env, "write_report"):  # env-specific files (FlexBench: dimension table, heatmap)
         plots.update(first_env.write_report(episodes, out.parent, plots=resolved["plots"]))
     write_summary(summary, out.parent / "summary.json")
+    record.finish(episodes=len(episodes), summary="summary.json")
     print(results_table(summary))
     if cost is not None:
         rewrite = cost["rewrite_tokens_per_turn"]
@@ -368,12 +451,103 @@ def evaluate(cfg) -> dict[str, Any]:
         )
         if cost["counters"]:
             print("policy counters: " + ", ".join(f"{name} {value}" for name, value in cost["counters"].items()))
-    print(f"\nepisodes: {out}\nsummary:  {out.parent / 'summary.json'}")
+    print(f"\nepisodes: {out}\nsummary:  {out.parent / 'summary.json'}\nrecord:   {record.path}")
     for name, path in plots.items():
         print(f"{name}: {path}")
     if logger:
         logger.finish(episodes, summary, plots)
     return summary
+
+
+class JobFailed:
+    """What a sweep job returns when it stopped on an ifgym error (the sweep goes on with the next job)."""
+
+    def __init__(self, error: str):
+        self.error = error
+
+
+def _drop_if_empty(folder: Path) -> None:
+    """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
+    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".hydra", "run.json"}:
+        shutil.rmtree(folder)
+
+
+def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
+    """The Hydra task: one evaluation in Hydra's output directory.
+
+    An ifgym error does not escape (Hydra would print its own report around it): it is kept in
+    `failures` for `run_eval` to report, and in a sweep the next job still runs.
+    """
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from ifgym.errors import IfgymError
+
+    hc = HydraConfig.get()
+    folder = Path(hc.runtime.output_dir)
+    sweep = hc.mode == RunMode.MULTIRUN
+    job = {
+        "mode": hc.mode.name,
+        "job_num": hc.job.num if sweep else None,
+        "sweep_dir": str(Path(hc.sweep.dir).resolve()) if sweep else None,
+        "overrides": list(hc.overrides.task),
+        "config_name": hc.job.config_name,
+    }
+    try:
+        return evaluate(cfg, folder, command=command, job=job)
+    except IfgymError as exc:
+        _drop_if_empty(folder)
+        if sweep:
+            label = " ".join(hc.overrides.task)
+            print(f"ifgym: error: sweep job #{hc.job.num} ({label}): {exc}", file=sys.stderr)
+            failures.append(label)
+        else:
+            failures.append(exc)
+        return JobFailed(str(exc))
+
+
+class SweepSummary(Callback):
+    """Hydra callback: after a sweep, a table of every job's headline metrics (with intervals) as text and CSV.
+
+    Writes `sweep.csv`, `sweep.md` and `sweep.png` (each headline metric per job, with its interval)
+    into the sweep folder and prints the table. Jobs report through `on_job_end`, in the same process
+    (Hydra's basic launcher).
+    """
+
+    def __init__(self) -> None:
+        self.jobs: list[dict[str, Any]] = []
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        self.jobs = []
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+        from hydra.types import RunMode
+
+        if job_return.hydra_cfg.hydra.mode != RunMode.MULTIRUN:
+            return
+        value = job_return._return_value
+        if job_return.status == JobStatus.FAILED or isinstance(value, JobFailed):
+            error = value.error if isinstance(value, JobFailed) else f"{type(value).__name__}: {value}"
+            value = {"error": error}
+        self.jobs.append(
+            {
+                "job": job_return.hydra_cfg.hydra.job.num,
+                "overrides": list(job_return.overrides),
+                "folder": job_return.hydra_cfg.hydra.runtime.output_dir,
+                "summary": value,
+            }
+        )
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from ifgym.report import write_sweep
+
+        if not self.jobs:
+            return
+        files = write_sweep(self.jobs, Path(str(config.hydra.sweep.dir)))
+        print("\n" + files.pop("table_text"))
+        for name, path in files.items():
+            print(f"{name}: {path}")
 
 
 def flexbench_dimensions(args: list[str]) -> int:
@@ -409,6 +583,70 @@ def flexbench_dimensions(args: list[str]) -> int:
     return 0
 
 
+CFG_CHOICES = ("job", "hydra", "all")
+
+
+def _hydra_flags(args: Sequence[str]) -> tuple[list[str], Any]:
+    """`args` checked by Hydra's own parser (a bad flag is one ConfigError); a bare `--cfg` means `--cfg job`."""
+    from hydra._internal.utils import get_args_parser
+
+    from ifgym.errors import ConfigError
+
+    args = list(args)
+    for i, arg in enumerate(args):
+        if arg in ("--cfg", "-c") and (i + 1 == len(args) or args[i + 1] not in CFG_CHOICES):
+            args.insert(i + 1, "job")
+            break
+    parser = get_args_parser()
+    parser.prog = "ifgym eval"
+
+    def refuse(message: str) -> None:
+        raise ConfigError(f"{message} (see `ifgym eval --help` for Hydra's flags and the config keys)")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    return args, parser.parse_args(args)
+
+
+def run_eval(args: Sequence[str]) -> int:
+    """`ifgym eval [FLAGS] [KEY=VALUE ...]` through Hydra's app machinery (`hydra.main`), with ifgym's errors.
+
+    Hydra's errors are raised (not printed and exited) so that they become one ConfigError naming
+    the override at fault; in a sweep a failing job is reported and the others still run. Returns
+    the exit status: 0, or 1 when sweep jobs failed.
+    """
+    from unittest import mock
+
+    import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from ifgym.conf.schema import register_configs
+    from ifgym.errors import ConfigError
+
+    args, parsed = _hydra_flags(args)
+    register_configs()
+    failures: list[Any] = []  # a single run's exception, or the labels of the sweep jobs that failed
+    command = ["ifgym", "eval", *args]
+
+    def task(cfg: Any) -> Any:
+        return _job(cfg, command=command, failures=failures)
+
+    app = hydra.main(config_path="pkg://ifgym.conf", config_name="config", version_base="1.3")(task)
+    # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
+    raise_errors = mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
+    try:
+        with mock.patch.object(sys, "argv", ["ifgym eval", *args]), raise_errors:
+            app()
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_explain(exc, parsed.overrides, parsed.config_dir, parsed.config_name)) from None
+    if len(failures) == 1 and isinstance(failures[0], Exception):  # a single run's error, for main to report
+        raise failures[0]
+    if failures:
+        print(f"ifgym: error: {len(failures)} sweep job(s) failed: {'; '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     from ifgym.errors import IfgymError
@@ -423,15 +661,7 @@ def main(argv: list[str] | None = None) -> int:
             if "-h" in rest or "--help" in rest:
                 print(usage() + "\nkeys:\n" + config_help())
                 return 0
-            show_cfg = "--cfg" in rest
-            cfg = compose([r for r in rest if r != "--cfg"])
-            if show_cfg:
-                from omegaconf import OmegaConf
-
-                print(OmegaConf.to_yaml(cfg))
-                return 0
-            evaluate(cfg)
-            return 0
+            return run_eval(rest)
         if command == "export-prompts":
             if len(rest) != 2:
                 print("usage: ifgym export-prompts EPISODES.jsonl OUT.jsonl", file=sys.stderr)
@@ -449,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
     except IfgymError as exc:
         print(f"ifgym: error: {exc}", file=sys.stderr)
         return 2
+    except SystemExit as exc:  # Hydra's --hydra-help and friends exit; a console entry point returns
+        return exc.code if isinstance(exc.code, int) else 0
 
 
 if __name__ == "__main__":

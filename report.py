@@ -41,10 +41,33 @@ def protocol_lines(protocol: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _model(run: dict[str, Any], role: str) -> str | None:
+    """`model (backend host)` of a role in a run's summary, or None when the run has no client for it."""
+    info = run.get("models", {}).get(role)
+    if not info:
+        return None
+    where = " ".join(str(x) for x in (info.get("backend"), info.get("host")) if x)
+    return f"{info.get('model')} ({where})" if where else str(info.get("model"))
+
+
+def run_title(summary: dict[str, Any]) -> str:
+    """What was measured, in one line: env, policy model, judge, protocol, episodes and date (from `summary["run"]`)."""
+    run = summary.get("run") or {}
+    parts = [str(run.get("env", "?"))]
+    parts.append(f"policy {_model(run, 'policy') or run.get('policy', 'scripted')}")
+    judge = run.get("judge", "rules")
+    parts.append(f"judge {_model(run, 'judge') or judge}" if judge != "rules" else "judge rules")
+    parts.append(f"{summary.get('episodes', '?')} episodes")
+    if run.get("started"):
+        parts.append(str(run["started"])[:10])
+    return " · ".join(parts)
+
+
 def results_table(summary: dict[str, Any]) -> str:
     """The protocol, then metrics side by side, strict and loose (strict only when `loose` is empty), as plain text.
 
-    With intervals in the summary (`ci`), each value is followed by its bootstrap interval.
+    With intervals in the summary (`ci`), each value is followed by its bootstrap interval. A
+    summary written by `ifgym eval` (with `run`) names the run after the protocol (`run_title`).
     """
     strict, loose = summary["strict"], summary["loose"]
     ci = summary.get("ci") or {}
@@ -64,6 +87,7 @@ def results_table(summary: dict[str, Any]) -> str:
             columns.append((columns[1][0], 4))
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
     lines = protocol_lines(summary.get("protocol", {}))
+    lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
     lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
         "  ".join(["-" * width, *("-" * w for w in widths)]),
@@ -142,3 +166,131 @@ def write_plots(episodes: Sequence[Episode], summary: dict[str, Any], folder: Pa
     fig.savefig(paths["group_plot"], dpi=120)
     plt.close(fig)
     return paths
+
+
+def _headline(summary: dict[str, Any]) -> list[str]:
+    """A summary's headline metrics: as the env names them (`headline`), else every top-level number."""
+    if summary.get("headline"):
+        return [n for n in summary["headline"] if n in summary["strict"]]
+    return [n for n, v in summary["strict"].items() if "/" not in n and isinstance(v, int | float)]
+
+
+def _varying(overrides: Sequence[Sequence[str]]) -> list[str]:
+    """Per job, the overrides that are not shared by every job (what the sweep varies), as one label."""
+    common = set.intersection(*(set(o) for o in overrides)) if overrides else set()
+    return [" ".join(o for o in job if o not in common) or "(defaults)" for job in overrides]
+
+
+SHOWN_METRICS = 4  # headline metrics in printed tables and comparison plots
+
+
+def write_sweep(jobs: Sequence[dict[str, Any]], folder: Path) -> dict[str, Any]:
+    """Write a sweep's table across jobs: `sweep.csv`, `sweep.md` and `sweep.png`.
+
+    The CSV has every headline metric, strict and loose, with its interval bounds; the Markdown
+    table the strict values with intervals; the plot is `write_comparison_plot`.
+
+    `jobs`: dicts with `job` (number), `overrides`, `folder` and `summary` (a run summary, or
+    `{"error": message}` for a failed job). Returns the paths and, under `table_text`, the text table.
+    """
+    import csv
+
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = _varying([j["overrides"] for j in jobs])
+    done = [(label, j) for label, j in zip(labels, jobs, strict=True) if "error" not in j["summary"]]
+    metrics: list[str] = []
+    for _, j in done:
+        metrics += [m for m in _headline(j["summary"]) if m not in metrics]
+    modes = ("strict", "loose")
+    header = ["job", "status", "varied", "episodes"]
+    header += [f"{mode}/{m}{part}" for mode in modes for m in metrics for part in ("", "/ci_low", "/ci_high")]
+    header += ["folder", "error"]
+    rows = []
+    for label, j in zip(labels, jobs, strict=True):
+        summary = j["summary"]
+        row: dict[str, Any] = {"job": j["job"], "varied": label, "folder": j["folder"]}
+        if "error" in summary:
+            row.update(status="failed", error=summary["error"])
+        else:
+            row.update(status="finished", episodes=summary.get("episodes"))
+            for mode in modes:
+                ci = (summary.get("ci") or {}).get(mode, {})
+                for m in metrics:
+                    value = summary.get(mode, {}).get(m)
+                    bounds = ci.get(m) or (None, None)
+                    row[f"{mode}/{m}"] = value
+                    row[f"{mode}/{m}/ci_low"], row[f"{mode}/{m}/ci_high"] = bounds
+        rows.append(row)
+    paths: dict[str, Any] = {"sweep_table": folder / "sweep.csv", "sweep_markdown": folder / "sweep.md"}
+    with paths["sweep_table"].open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+
+    def cell(row: dict[str, Any], m: str) -> str:
+        value, low, high = row.get(f"strict/{m}"), row.get(f"strict/{m}/ci_low"), row.get(f"strict/{m}/ci_high")
+        if value is None:
+            return ""
+        return _fmt(float(value)) + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
+
+    shown = metrics[:SHOWN_METRICS]  # the CSV has them all
+    table = [["job", "varied", "status", "episodes", *(f"{m} (strict)" for m in shown)]]
+    for row in rows:
+        status = row["status"] if row["status"] != "failed" else f"failed: {row['error']}"
+        table.append(
+            [str(row["job"]), row["varied"], status, str(row.get("episodes", "")), *(cell(row, m) for m in shown)]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in table]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    text = f"sweep: {len(jobs)} jobs ({len(jobs) - len(done)} failed) in {folder}\n" + "\n".join(lines)
+    paths["sweep_markdown"].write_text(text + "\n", encoding="utf-8")
+    if done and metrics:
+        summaries = {label: j["summary"] for label, j in done}
+        paths["sweep_plot"] = write_comparison_plot(
+            summaries, shown, folder / "sweep.png", title=f"Sweep of {len(jobs)} jobs"
+        )
+    paths["table_text"] = text
+    return paths
+
+
+def write_comparison_plot(
+    summaries: dict[str, dict[str, Any]], metrics: Sequence[str], path: Path, *, title: str, mode: str = "strict"
+) -> Path:
+    """Runs side by side: one panel per metric, one point per run with its interval as an error bar.
+
+    `summaries` maps a label (a sweep job's varied overrides, a run name) to its run summary; a run
+    without an interval for a metric gets a bare point. Used for sweeps and `ifgym compare`.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = list(metrics)
+    labels = list(summaries)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(max(4.0, 1.2 * len(labels)) * len(metrics) / 1.5, 3.8))
+    axes = [axes] if len(metrics) == 1 else list(axes)
+    for ax, metric in zip(axes, metrics, strict=True):
+        for x, label in enumerate(labels):
+            summary = summaries[label]
+            value = summary.get(mode, {}).get(metric)
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                ax.annotate("n/a", (x, 0.02), ha="center", fontsize=8)
+                continue
+            bounds = ((summary.get("ci") or {}).get(mode) or {}).get(metric)
+            err = [[value - bounds[0]], [bounds[1] - value]] if bounds else None
+            ax.errorbar([x], [value], yerr=err, fmt="o", capsize=4, color="C0")
+            ax.annotate(f"{value:.2f}", (x, value), textcoords="offset points", xytext=(6, 0), fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set(title=metric, xlim=(-0.6, len(labels) - 0.4))
+        if ax.get_ylim()[1] <= 1.05:  # a rate: the whole 0-1 scale (EDR_len and counts keep their own)
+            ax.set_ylim(-0.02, 1.05)
+        ax.grid(alpha=0.3, axis="y")
+    levels = {(s.get("ci_settings") or {}).get("level") for s in summaries.values()} - {None}
+    bars = f"bars: {levels.pop():.0%} bootstrap intervals" if len(levels) == 1 else "no intervals"
+    fig.suptitle(f"{title} ({mode}; {bars})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 
 def _help(text: str, default: Any = MISSING, **kw: Any) -> Any:
@@ -118,7 +119,9 @@ class EvalConf:
     episodes: int = _help("number of episodes (seeds seed .. seed+episodes-1)", 3)
     seed: int = _help("first episode seed", 0)
     concurrency: int = _help("episodes run at once", 4)
-    output: str | None = _help("episodes JSONL; re-running into it resumes. null = runs/<env>-<run_key>/", None)
+    output: str | None = _help(
+        "episodes JSONL (the run folder is its folder); null = episodes.jsonl in the run folder (hydra.run.dir)", None
+    )
     plots: bool = _help("write survival and per-group PNGs", True)
     ci: bool = _help("95% bootstrap intervals over dialogues for the headline metrics and pass rates", True)
     ci_resamples: int = _help("bootstrap draws per interval (seeded with `seed`)", 1000)
@@ -126,8 +129,28 @@ class EvalConf:
     progress: bool = _help("show a progress bar", True)
 
 
+def _run_dir(*, _root_: Any) -> str:
+    from ifgym.records import default_run_dir
+
+    parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("env", "policy", "judge")}
+    return str(default_run_dir(parts | {"output": _root_.get("output")}))
+
+
+def _sweep_dir(config_name: str, overrides: Any) -> str:
+    from ifgym.records import sweep_name
+
+    return str(Path("runs") / sweep_name(str(config_name), [str(o) for o in overrides]))
+
+
 def register_configs() -> None:
-    """Put the schema in Hydra's ConfigStore (config.yaml lists it first in its defaults)."""
+    """Put the schema in Hydra's ConfigStore (config.yaml lists it first in its defaults), and the run-folder resolvers.
+
+    `${ifgym.run_dir:}` is a run's folder (`ifgym.records.default_run_dir`); `${ifgym.sweep_dir:NAME,OVERRIDES}`
+    a sweep's, cached so that every job of the sweep gets the folder computed from the sweep's overrides.
+    """
+    if not OmegaConf.has_resolver("ifgym.run_dir"):
+        OmegaConf.register_new_resolver("ifgym.run_dir", _run_dir)
+        OmegaConf.register_new_resolver("ifgym.sweep_dir", _sweep_dir, use_cache=True)
     store = ConfigStore.instance()
     store.store(name="eval_schema", node=EvalConf)
     # typed LLM settings for env options that take a model: `defaults: [/llm_schema@user_llm, _self_]`

@@ -15,7 +15,7 @@ import gymnasium as gym
 
 from ifgym.core import Episode, TurnRecord, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
-from ifgym.errors import ActionError, UnknownNameError
+from ifgym.errors import ActionError, ConfigError, UnknownNameError
 from ifgym.rewards.metrics import HEADLINE as METRICS_HEADLINE
 from ifgym.rewards.rubric import Patience, TurnOutcome, turn_outcome
 from ifgym.rewards.scorer import Scores, TurnScorer
@@ -63,15 +63,15 @@ class ChatEnv(gym.Env[list, str]):
         render_mode: str | None = None,
     ):
         if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1):
-            raise ValueError(f"max_turns must be a positive int or None, got {max_turns!r}")
+            raise ConfigError(f"max_turns must be a positive int or None, got {max_turns!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+            raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         turn_outcome([], [], reward)  # validates the mode name now, not at the first step
         if reward_weights and reward != "weighted":
-            raise ValueError(f"reward_weights only apply with reward='weighted' (got reward={reward!r})")
+            raise ConfigError(f"reward_weights only apply with reward='weighted' (got reward={reward!r})")
         for label, weight in (reward_weights or {}).items():
             if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
-                raise ValueError(f"reward_weights[{label!r}] must be a number >= 0, got {weight!r}")
+                raise ConfigError(f"reward_weights[{label!r}] must be a number >= 0, got {weight!r}")
         self.user = user
         self.scorer = scorer
         self.patience = Patience(patience)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from ifgym.errors import ConfigError
+
 ROLES = ("system", "user", "assistant")
 
 # Words for `sample()`: enough variety to exercise checkers, nothing more.
@@ -24,7 +26,7 @@ class ReplySpace(spaces.Space[str]):
 
     def __init__(self, max_chars: int = 100_000, seed: int | np.random.Generator | None = None):
         if not isinstance(max_chars, int) or max_chars < 1:
-            raise ValueError(f"max_chars must be a positive int, got {max_chars!r}")
+            raise ConfigError(f"max_chars must be a positive int, got {max_chars!r}")
         self.max_chars = max_chars
         super().__init__(dtype=str, seed=seed)
 

@@ -96,3 +96,10 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     )
     out = subprocess.run([str(py), "-c", replay], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.stdout.strip() == "True structflowbench"
+    # the Hydra app runs from the wheel (its config files, ifgym's hydra logging config, the run record)
+    assert "ifgym/conf/hydra/hydra_logging/ifgym.yaml" in names
+    quick = ["eval", "policy=scripted", "episodes=1", "env.max_turns=1", "progress=false", "plots=false"]
+    done = subprocess.run([str(env_dir / "bin" / "ifgym"), *quick], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (record,) = (tmp_path / "runs").glob("EvolIF-*/run.json")
+    assert '"status": "finished"' in record.read_text()

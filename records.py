@@ -1,0 +1,277 @@
+"""Run records: what identifies a run, where its folder is, and what the folder says about the run.
+
+A run is identified by `run_key`, a hash of what defines its episodes (the env, policy and judge
+settings; not how many episodes, where they go, how they are logged or how the calls are made), so
+re-running the same command resumes into the same folder: `runs/<env>-<run_key>/` by default
+(Hydra's `hydra.run.dir`; a sweep's jobs go to `hydra.sweep.dir/<job number>/`, by default
+`runs/sweep-<hash of the sweep's overrides>/`).
+
+`RunRecord` writes `run.json` into the run folder: the resolved config with secrets removed, the
+ifgym version and git revision (when ifgym runs from a checkout), each role's model and endpoint
+(host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the
+command line, the Hydra job (mode, job number, sweep folder) and the run's status.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = [
+    "OPERATIONAL_LLM_KEYS",
+    "RECORD_FILE",
+    "RunRecord",
+    "default_run_dir",
+    "endpoint_host",
+    "git_revision",
+    "machine",
+    "public_config",
+    "run_key",
+    "run_name",
+    "sweep_name",
+]
+
+RECORD_FILE = "run.json"
+# LLM settings that change how a run is carried out, not what its episodes are: a resumed run may change them.
+OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env")
+# Top-level eval keys that do not define a run's episodes (how many, where, how they are reported).
+OPERATIONAL_KEYS = ("episodes", "seed", "concurrency", "output", "plots", "progress", "logger", "ci")
+SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
+
+
+def run_key(cfg: Mapping[str, Any]) -> str:
+    """Hash of what defines the episodes: the env, policy and judge settings, less operational LLM keys."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            return {k: strip(v) for k, v in node.items() if k not in OPERATIONAL_LLM_KEYS}
+        return node
+
+    keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}
+    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_name(cfg: Mapping[str, Any]) -> str:
+    """`<env name>-<run_key>`, e.g. `EvolIF-v0-3f2a9c0d1b2e`: the default run folder's name."""
+    return f"{str(cfg['env']['id']).split('/')[-1]}-{run_key(cfg)}"
+
+
+def default_run_dir(cfg: Mapping[str, Any]) -> Path:
+    """Where a run goes unless told otherwise: the folder of `output=` if given, else `runs/<run_name>`."""
+    if cfg.get("output"):
+        return Path(str(cfg["output"])).expanduser().parent
+    return Path("runs") / run_name(cfg)
+
+
+def sweep_name(config_name: str, overrides: Sequence[str]) -> str:
+    """`sweep-<hash>` of a sweep's primary config name and its overrides, so a re-run resumes into the same folder.
+
+    Overrides of keys that do not define episodes (`episodes=`, `progress=` …) are left out unless
+    they are swept (a sweep over them defines the jobs), as they are left out of `run_key`.
+    """
+
+    def defines(item: str) -> bool:
+        key = item.lstrip("+~").split("=", 1)[0]
+        swept = "," in item.split("=", 1)[-1] or "(" in item.split("=", 1)[-1]
+        top = key.split(".")[0]
+        return swept or (top not in OPERATIONAL_KEYS and key.split(".")[-1] not in OPERATIONAL_LLM_KEYS)
+
+    kept = sorted(o for o in overrides if defines(o))
+    digest = hashlib.sha256(json.dumps([config_name, kept]).encode()).hexdigest()[:12]
+    return f"sweep-{digest}"
+
+
+def endpoint_host(url: str | None) -> str | None:
+    """The host (and port) of a model endpoint, without credentials, path or query; None for None."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    return parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else None
+
+
+def _clean_url(value: str) -> str:
+    """A URL (or `key=URL`, as in an override) without user:password@ or ?query; other strings unchanged."""
+    key, sep, rest = value.partition("=")
+    if sep and not value.startswith(("http://", "https://")):
+        return f"{key}={_clean_url(rest)}"
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return value
+    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _secret(key: str) -> bool:
+    """A key that would hold a secret value (`api_key`, `wandb_token` …); `api_key_env` only names a variable."""
+    key = key.lower()
+    return any(key == s or key.endswith(f"_{s}") for s in SECRET_KEYS)
+
+
+def public_config(config: Any) -> Any:
+    """The config as it may be shown and stored: secret-looking keys dropped, credentials cut from URLs.
+
+    API keys never live in the config (they come from environment variables); this is a second guard.
+    """
+    if isinstance(config, Mapping):
+        return {k: public_config(v) for k, v in config.items() if not _secret(str(k))}
+    if isinstance(config, list | tuple):
+        return [public_config(v) for v in config]
+    if isinstance(config, str):
+        return _clean_url(config)
+    return config
+
+
+def public_command(argv: Sequence[str]) -> str:
+    """The command line as a shell string, with credentials cut from any URL in it."""
+    return shlex.join(_clean_url(arg) for arg in argv)
+
+
+@functools.cache
+def git_revision() -> dict[str, Any] | None:
+    """The git commit of the ifgym source and whether it has uncommitted changes; None outside a checkout."""
+    if shutil.which("git") is None:
+        return None
+    source = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(source), *args], capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != source:  # ifgym installed inside someone else's repository
+        return None
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "dirty": bool(status)} if commit else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> list[str]:
+    """GPU names as nvidia-smi lists them; [] without an NVIDIA driver (ifgym's embedded model runs on CPU)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()] if done.returncode == 0 else []
+
+
+@functools.cache
+def machine() -> dict[str, Any]:
+    """The machine a run ran on: CPU model and cores, GPUs, OS, Python."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "gpus": _gpus(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+    }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def models(clients: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each role's model, backend and endpoint host, from the run's clients (`describe()`)."""
+    out = {}
+    for role, client in clients.items():
+        described = client.describe()
+        out[role] = {
+            "model": described.get("model"),
+            "backend": described.get("backend"),
+            "host": endpoint_host(described.get("base_url")),
+        }
+    return out
+
+
+class RunRecord:
+    """`run.json` of one run folder, written when the run starts and again when it ends or fails."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        config: Mapping[str, Any],
+        key: str,
+        command: Sequence[str],
+        hydra: Mapping[str, Any] | None = None,
+    ):
+        from ifgym import __version__
+
+        self.path = Path(folder) / RECORD_FILE
+        self.data: dict[str, Any] = {
+            "run_key": key,
+            "status": "running",
+            "started": _now(),
+            "finished": None,
+            "ifgym_version": __version__,
+            "git": git_revision(),
+            "command": public_command(command),
+            "cwd": os.getcwd(),
+            "machine": machine(),
+            "models": {},
+            "hydra": public_config(dict(hydra or {})),
+            "config": public_config(dict(config)),
+        }
+
+    def start(self, clients: Mapping[str, Any]) -> None:
+        """Record the run's models (once its clients exist) and write the file."""
+        self.data["models"] = models(clients)
+        self.write()
+
+    def finish(self, **facts: Any) -> None:
+        """Mark the run finished, with `facts` (e.g. episodes=…), and write the file."""
+        self.data.update(status="finished", finished=_now(), error=None, **facts)
+        self.write()
+
+    def fail(self, error: BaseException) -> None:
+        """Mark the run failed with the error's message, and write the file."""
+        self.data.update(status="failed", finished=_now(), error=f"{type(error).__name__}: {error}")
+        self.write()
+
+    def summary_reference(self) -> dict[str, Any]:
+        """What `summary.json` says about the run it belongs to."""
+        return {
+            "run_key": self.data["run_key"],
+            "record": RECORD_FILE,
+            "started": self.data["started"],
+            "ifgym_version": self.data["ifgym_version"],
+            "git_commit": (self.data["git"] or {}).get("commit"),
+        }
+
+    def write(self) -> None:
+        """Write run.json atomically (a reader never sees half a file)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
