@@ -368,7 +368,7 @@ def evaluate(
     from ifgym.envs.rollout import run
     from ifgym.errors import ConfigError
     from ifgym.records import RunRecord, default_run_dir
-    from ifgym.report import results_table, user_stats, write_plots, write_summary
+    from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
     from ifgym.stats import CISettings
 
     check_schema(cfg, (job or {}).get("overrides", ()))
@@ -436,9 +436,10 @@ def evaluate(
     }
     if ci_settings is not None:
         summary.update(run_intervals(episodes, summary, first_env, ci_settings))
+    charts = chart_data(episodes, summary)
     plots = write_plots(episodes, summary, out.parent) if resolved["plots"] else {}
     if hasattr(first_env, "write_report"):  # env-specific files (FlexBench: dimension table, heatmap)
-        plots.update(first_env.write_report(episodes, out.parent, plots=resolved["plots"]))
+        plots.update(first_env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
     write_summary(summary, out.parent / "summary.json")
     record.finish(episodes=len(episodes), summary="summary.json")
     print(results_table(summary))
@@ -454,6 +455,8 @@ def evaluate(
     print(f"\nepisodes: {out}\nsummary:  {out.parent / 'summary.json'}\nrecord:   {record.path}")
     for name, path in plots.items():
         print(f"{name}: {path}")
+    if resolved["plots"] and charts["survival_note"]:
+        print(f"survival_plot: {charts['survival_note']}")
     if logger:
         logger.finish(episodes, summary, plots)
     return summary

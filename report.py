@@ -129,42 +129,121 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(clean(summary), indent=2) + "\n", encoding="utf-8")
 
 
-def write_plots(episodes: Sequence[Episode], summary: dict[str, Any], folder: Path) -> dict[str, Path]:
-    """Survival curve and the summary's pass rates per group (`pass_rate/<group>`, strict and loose) as PNGs."""
+SURVIVAL_OFF = (
+    "not drawn: patience is off, so no dialogue ends by running out of patience "
+    "(each ran to its script end or max_turns) and the curve would say nothing"
+)
+
+
+def chart_data(episodes: Sequence[Episode], summary: dict[str, Any]) -> dict[str, Any]:
+    """What the plots (and W&B's native charts) show, computed once.
+
+    `survival`: (turn, share of dialogues still going) points, or None when patience is off in
+    every episode (`survival_note` says so); `group_pass_rates`: {mode: {group: rate}} from the
+    summary's `pass_rate/<group>` (strict, and loose when the env has it); `group_intervals`: their
+    bootstrap intervals when the summary has them.
+    """
+    from ifgym.rewards.metrics import survival_curve
+
+    out: dict[str, Any] = {"survival": None, "survival_note": None}
+    if any(t.patience is not None for e in episodes for t in e.turns):
+        out["survival"] = list(enumerate(survival_curve(episodes)))
+    else:
+        out["survival_note"] = SURVIVAL_OFF
+    prefix = "pass_rate/"
+    rates: dict[str, dict[str, float]] = {}
+    bounds: dict[str, dict[str, Any]] = {}
+    for mode in ("strict", "loose"):
+        groups = {k[len(prefix) :]: v for k, v in summary.get(mode, {}).items() if k.startswith(prefix)}
+        if groups:
+            rates[mode] = groups
+            ci = (summary.get("ci") or {}).get(mode, {})
+            bounds[mode] = {g: ci[prefix + g] for g in groups if ci.get(prefix + g)}
+    out["group_pass_rates"], out["group_intervals"] = rates, bounds
+    return out
+
+
+def _subtitle(summary: dict[str, Any]) -> str:
+    return run_title(summary) if summary.get("run") else f"{summary.get('episodes', '?')} episodes"
+
+
+def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
+    """The survival curve as a matplotlib Figure: a step line over whole turns, titled with what was measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    turns, shares = zip(*points, strict=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.step(turns, shares, where="post")
+    ax.set(xlabel="turn", ylabel="share of dialogues still going", ylim=(0, 1.05), xlim=(0, max(turns) + 0.5))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
+    ax.set_title(f"Survival\n{subtitle}", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def group_figure(
+    rates: dict[str, dict[str, float]], intervals: dict[str, dict[str, Any]], subtitle: str, what: str = "group"
+) -> Any:
+    """Pass rate per group as a matplotlib Figure: a bar per mode, each labelled with its value.
+
+    A rate of 0 is drawn as a visible bar outline with "0.00" above it (not a gap that looks like
+    a missing group); a group without a rate is labelled "n/a"; intervals are error bars.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ifgym.rewards.metrics import survival_curve
+    groups = list(next(iter(rates.values())))
+    modes = list(rates)
+    width = 0.8 / len(modes)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(groups) + 2), 4.2))
+    for m, mode in enumerate(modes):
+        xs = [i + (m - (len(modes) - 1) / 2) * width for i in range(len(groups))]
+        values = [rates[mode].get(g, math.nan) for g in groups]
+        heights = [0.0 if math.isnan(v) else v for v in values]
+        bars = ax.bar(xs, heights, width=width, label=mode, color=f"C{m}", edgecolor=f"C{m}", linewidth=1.5)
+        ci = intervals.get(mode, {})
+        for x, g, v in zip(xs, groups, values, strict=True):
+            if g in ci and not math.isnan(v):
+                ax.errorbar([x], [v], yerr=[[v - ci[g][0]], [ci[g][1] - v]], fmt="none", ecolor="black", capsize=3)
+        ax.bar_label(bars, labels=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], padding=2, fontsize=8)
+    ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
+    ax.set(ylabel="pass rate", ylim=(-0.03, 1.12))  # below 0 so that a bar at 0 shows as a line
+    ax.axhline(0, color="grey", linewidth=0.5)
+    ax.set_title(f"Pass rate per {what}\n{subtitle}", fontsize=10)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # outside: never over a bar's label
+    fig.tight_layout()
+    return fig
+
+
+def write_plots(episodes: Sequence[Episode], summary: dict[str, Any], folder: Path) -> dict[str, Path]:
+    """The survival curve (when patience is on) and the pass rates per group as PNGs; returns their paths.
+
+    `chart_data` decides what is drawn: no survival curve when patience is off, no group plot for
+    an env whose summary has no `pass_rate/<group>`.
+    """
+    import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    paths = {"survival_plot": folder / "survival.png", "group_plot": folder / "group_pass_rates.png"}
-
-    curve = survival_curve(episodes)
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.step(range(len(curve)), curve, where="post")
-    ax.set(xlabel="turn", ylabel="share of dialogues still going", ylim=(0, 1.05), title="Survival")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(paths["survival_plot"], dpi=120)
-    plt.close(fig)
-
-    prefix = "pass_rate/"
-    strict = {k[len(prefix) :]: v for k, v in summary["strict"].items() if k.startswith(prefix)}
-    loose = {k[len(prefix) :]: v for k, v in summary["loose"].items() if k.startswith(prefix)}
-    groups = list(strict)
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    x = range(len(groups))
-    ax.bar([i - 0.2 for i in x], [strict[g] for g in groups], width=0.4, label="strict")
-    if loose:
-        ax.bar([i + 0.2 for i in x], [loose.get(g, float("nan")) for g in groups], width=0.4, label="loose")
-    ax.set_xticks(list(x), groups, rotation=30, ha="right")
-    ax.set(ylabel="pass rate", ylim=(0, 1.05), title="Pass rate per constraint group")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(paths["group_plot"], dpi=120)
-    plt.close(fig)
+    data = chart_data(episodes, summary)
+    subtitle = _subtitle(summary)
+    paths: dict[str, Path] = {}
+    figures = {}
+    if data["survival"]:
+        figures["survival_plot"] = (folder / "survival.png", survival_figure(data["survival"], subtitle))
+    if data["group_pass_rates"]:
+        fig = group_figure(data["group_pass_rates"], data["group_intervals"], subtitle)
+        figures["group_plot"] = (folder / "group_pass_rates.png", fig)
+    for name, (path, fig) in figures.items():
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths[name] = path
     return paths
 
 
@@ -257,10 +336,22 @@ def write_sweep(jobs: Sequence[dict[str, Any]], folder: Path) -> dict[str, Any]:
 def write_comparison_plot(
     summaries: dict[str, dict[str, Any]], metrics: Sequence[str], path: Path, *, title: str, mode: str = "strict"
 ) -> Path:
+    """Save `comparison_figure` as a PNG at `path` and return the path (sweeps and `ifgym compare`)."""
+    import matplotlib.pyplot as plt
+
+    fig = comparison_figure(summaries, metrics, title=title, mode=mode)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def comparison_figure(
+    summaries: dict[str, dict[str, Any]], metrics: Sequence[str], *, title: str, mode: str = "strict"
+) -> Any:
     """Runs side by side: one panel per metric, one point per run with its interval as an error bar.
 
     `summaries` maps a label (a sweep job's varied overrides, a run name) to its run summary; a run
-    without an interval for a metric gets a bare point. Used for sweeps and `ifgym compare`.
+    without an interval for a metric gets a bare point, one without the metric "n/a".
     """
     import matplotlib
 
@@ -291,6 +382,4 @@ def write_comparison_plot(
     bars = f"bars: {levels.pop():.0%} bootstrap intervals" if len(levels) == 1 else "no intervals"
     fig.suptitle(f"{title} ({mode}; {bars})", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig

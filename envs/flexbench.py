@@ -411,12 +411,15 @@ class FlexBenchEnv(ChatEnv):
 
         return summarize(episodes, loose=loose)
 
-    def write_report(self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True) -> dict[str, Path]:
+    def write_report(
+        self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
+    ) -> dict[str, Path]:
         """Per-dimension table (CSV), heatmap (PNG, with `plots`) and, when built here, the dimension file.
 
-        `ifgym eval` calls this after a run with the run's folder; returns name -> path.
+        `ifgym eval` calls this after a run with the run's folder (and the run's title as `subtitle`);
+        returns name -> path.
         """
-        out = write_report(episodes, folder, name=self.sop.name, plots=plots)
+        out = write_report(episodes, folder, name=self.sop.name, plots=plots, subtitle=subtitle)
         if self.dimensions_built:
             out["dimensions"] = self.dimensions.save(Path(folder) / f"{self.sop.name}{DIMENSIONS_SUFFIX}")
         return out

@@ -88,6 +88,7 @@ import hashlib
 import json
 import math
 import re
+import textwrap
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,9 +123,11 @@ __all__ = [
     "fingerprint",
     "format_rate",
     "gate",
+    "heatmap_figure",
     "heatmap_matrix",
     "load_dimensions",
     "plot_heatmap",
+    "short_name",
     "summarize",
     "write_report",
 ]
@@ -1131,55 +1134,84 @@ def dimension_table(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
     return rows
 
 
+def short_name(text: str, limit: int = 40) -> str:
+    """A label-sized form of an SOP clause: whole words up to `limit` characters, "…" when cut."""
+    text = " ".join(text.split()).rstrip(".")
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "…"
+
+
 def heatmap_matrix(corpora: Mapping[str, Sequence[Episode]]) -> dict[str, Any]:
     """Per-dimension rates of several corpora (e.g. one per model): rows = corpora, columns = dimensions.
 
-    Returns {"rows": [...], "columns": [...], "values": [[rate or NaN, ...], ...]}; every corpus must
-    use the same dimension set.
+    Returns {"rows": [...], "columns": [dimension ids], "labels": [id + short SOP clause, per column],
+    "values": [[rate or NaN, ...], ...]}; every corpus must use the same dimension set.
     """
     if not corpora:
         raise DataFormatError("heatmap_matrix needs at least one named corpus")
-    rows, values, columns = [], [], None
+    rows, values, columns, labels = [], [], None, None
     for name, episodes in corpora.items():
         dims, scores = _corpus(episodes)
         if columns is None:
             columns = list(dims.ids)
+            labels = [f"{d.id} {short_name(d.unit or d.criterion)}" for d in dims.dimensions]
         elif list(dims.ids) != columns:
             raise DataFormatError(f"corpus {name!r} uses other dimensions than the first corpus")
         rates = dimension_rates(dims, scores)
         rows.append(name)
         values.append([rates[c] for c in columns])
-    return {"rows": rows, "columns": columns, "values": values}
+    return {"rows": rows, "columns": columns, "labels": labels, "values": values}
 
 
 def plot_heatmap(
-    matrix: Mapping[str, Any], path: str | Path, title: str = "FlexBench: pass rate per dimension"
+    matrix: Mapping[str, Any],
+    path: str | Path,
+    title: str = "FlexBench: pass rate per dimension",
+    subtitle: str = "",
 ) -> Path:
-    """Draw `heatmap_matrix` output as a PNG (n/a cells grey and labelled) and return the path."""
+    """Draw `heatmap_matrix` output as a PNG and return the path.
+
+    One row per dimension, labelled with its id and a short form of its SOP clause; one column per
+    corpus; n/a cells grey and labelled.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = heatmap_figure(matrix, title, subtitle)
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") -> Any:
+    """The matplotlib Figure `plot_heatmap` saves (dimensions down, corpora across)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    values = np.array(matrix["values"], dtype=float)
+    values = np.array(matrix["values"], dtype=float).T  # dimensions as rows: their labels read horizontally
     masked = np.ma.masked_invalid(values)
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#d0d0d0")  # n/a cells grey
-    rows, cols = matrix["rows"], matrix["columns"]
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.6 * len(cols) + 2), max(2.0, 0.5 * len(rows) + 1.5)))
+    dims = matrix.get("labels") or matrix["columns"]
+    corpora = matrix["rows"]
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
     image = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(cols)), cols, rotation=45, ha="right")
-    ax.set_yticks(range(len(rows)), rows)
-    for r in range(len(rows)):
-        for c in range(len(cols)):
+    ax.set_yticks(range(len(dims)), dims, fontsize=8)
+    ax.set_xticks(range(len(corpora)), corpora, rotation=30, ha="right")
+    for r in range(len(dims)):
+        for c in range(len(corpora)):
             ax.text(c, r, format_rate(float(values[r, c])).replace("0.", "."), ha="center", va="center", fontsize=7)
     fig.colorbar(image, ax=ax, label="yes / (yes + no)")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 70) + textwrap.wrap(subtitle, 70)), fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def consistency(corpus_a: Sequence[Episode], corpus_b: Sequence[Episode]) -> dict[str, float]:
@@ -1207,14 +1239,15 @@ _TABLE_COLUMNS = ("id", "kind", "base", "yes", "no", "unknown", "gated_out", "ra
 
 
 def write_report(
-    episodes: Sequence[Episode], folder: str | Path, *, name: str = "run", plots: bool = True
+    episodes: Sequence[Episode], folder: str | Path, *, name: str = "run", plots: bool = True, subtitle: str = ""
 ) -> dict[str, Path]:
     """Write one SOP's per-dimension table (CSV) and, with `plots`, its heatmap (PNG) into `folder`.
 
     The CLI calls this (through `FlexBenchEnv.write_report`) after `ifgym eval`; call it yourself
     on episodes read back with `ifgym.envs.rollout.read_episodes`. To compare runs, pass several
     corpora to `heatmap_matrix` / `plot_heatmap`, and two seeds' corpora to `consistency`.
-    Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`).
+    Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`); `subtitle`
+    goes under the heatmap's title (the CLI passes the run: env, policy, judge, episodes, date).
     """
     import csv
 
@@ -1228,7 +1261,10 @@ def write_report(
             writer.writerow({**row, "rate": format_rate(row["rate"]), "base": row["base"] or ""})
     out = {"dimension_table": table}
     if plots:
-        out["heatmap"] = plot_heatmap(heatmap_matrix({name: episodes}), folder / "flexbench_heatmap.png")
+        title = f"FlexBench {name}: pass rate per dimension ({len(episodes)} calls)"
+        out["heatmap"] = plot_heatmap(
+            heatmap_matrix({name: episodes}), folder / "flexbench_heatmap.png", title, subtitle
+        )
     return out
 
 

@@ -1,0 +1,159 @@
+"""What the plots and tables show, checked on the matplotlib figures themselves: titles that say what was measured,
+zero bars that are visible and labelled, no survival curve when patience is off, whole-turn ticks, FlexBench's
+dimension labels, and the side-by-side plot of runs with their intervals."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import matplotlib
+import pytest
+
+import ifgym  # noqa: F401
+from ifgym.envs.rollout import rollout
+from ifgym.policies import ScriptedPolicy
+from ifgym.report import (
+    SURVIVAL_OFF,
+    chart_data,
+    comparison_figure,
+    group_figure,
+    run_title,
+    survival_figure,
+    write_comparison_plot,
+    write_plots,
+)
+from ifgym.rewards.flexbench import heatmap_figure, heatmap_matrix, short_name
+
+matplotlib.use("Agg")
+
+RUN = {
+    "env": "ifgym/EvolIF-v1",
+    "policy": "chat",
+    "judge": "rules",
+    "models": {"policy": {"model": "my-model", "backend": "http", "host": "127.0.0.1:8000"}},
+    "started": "2026-11-23T10:00:00+00:00",
+}
+
+
+def play(n=3, **env_kwargs):
+    env = gym.make("ifgym/EvolIF-v1", **env_kwargs)
+    return [rollout(env, ScriptedPolicy(["No."]), seed=s) for s in range(n)]
+
+
+def summary_of(episodes):
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
+    return {
+        "strict": env.summarize(episodes),
+        "loose": env.summarize(episodes, loose=True),
+        "episodes": len(episodes),
+        "run": RUN,
+    }
+
+
+def test_run_title_names_env_policy_judge_episodes_and_date():
+    assert run_title({"run": RUN, "episodes": 12}) == (
+        "ifgym/EvolIF-v1 · policy my-model (http 127.0.0.1:8000) · judge rules · 12 episodes · 2026-11-23"
+    )
+    judged = {**RUN, "judge": "llm", "models": {"judge": {"model": "judge-m", "backend": "embedded", "host": None}}}
+    assert " · policy chat · judge judge-m (embedded) · " in run_title({"run": judged, "episodes": 1})
+
+
+def test_survival_curve_has_whole_turn_ticks_and_says_what_was_measured():
+    episodes = play(3, patience=2, max_turns=6)  # every reply fails: each dialogue ends after 2 turns
+    data = chart_data(episodes, summary_of(episodes))
+    assert data["survival"] == [(0, 1.0), (1, 1.0), (2, 1.0)] and data["survival_note"] is None
+    fig = survival_figure(data["survival"], run_title(summary_of(episodes)))
+    (ax,) = fig.axes
+    assert ax.get_title().splitlines() == ["Survival", run_title(summary_of(episodes))]
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)  # no half turns
+    (line,) = ax.get_lines()
+    assert list(line.get_xdata()) == [0, 1, 2] and list(line.get_ydata()) == [1.0, 1.0, 1.0]
+
+
+def test_no_survival_curve_when_patience_is_off(tmp_path):
+    episodes = play(2, patience=None, max_turns=3)
+    summary = summary_of(episodes)
+    data = chart_data(episodes, summary)
+    assert data["survival"] is None and data["survival_note"] == SURVIVAL_OFF and "patience is off" in SURVIVAL_OFF
+    paths = write_plots(episodes, summary, tmp_path)
+    assert set(paths) == {"group_plot"} and not (tmp_path / "survival.png").exists()
+
+
+def test_zero_bars_are_visible_and_labelled_and_a_missing_rate_says_n_a():
+    rates = {"strict": {"case": 0.0, "length": 0.5, "format": math.nan}, "loose": {"case": 0.0, "length": 0.75}}
+    intervals = {"strict": {"length": [0.25, 0.75]}}
+    fig = group_figure(rates, intervals, "ifgym/EvolIF-v1 · 4 episodes")
+    (ax,) = fig.axes
+    assert ax.get_title() == "Pass rate per group\nifgym/EvolIF-v1 · 4 episodes"
+    bars = ax.patches
+    assert [round(b.get_height(), 2) for b in bars] == [0.0, 0.5, 0.0, 0.0, 0.75, 0.0]
+    assert all(b.get_linewidth() > 0 for b in bars)  # a zero bar is drawn as an outline at 0
+    assert ax.get_ylim()[0] < 0  # ... above the bottom of the axes, so it shows
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["0.00", "0.50", "n/a", "0.00", "0.75", "n/a"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["case", "length", "format"]
+    assert len(ax.collections) == 1  # one error bar: the strict interval of `length`
+
+
+def test_group_plot_of_a_run_shows_its_intervals(tmp_path):
+    episodes = play(3, patience=2, max_turns=4)
+    summary = summary_of(episodes)
+    groups = [k.split("/", 1)[1] for k in summary["strict"] if k.startswith("pass_rate/")]
+    summary["ci"] = {"strict": {f"pass_rate/{g}": [0.0, 0.0] for g in groups}}
+    data = chart_data(episodes, summary)
+    assert set(data["group_pass_rates"]) == {"strict", "loose"} and list(data["group_pass_rates"]["strict"]) == groups
+    assert data["group_intervals"]["strict"] == {g: [0.0, 0.0] for g in groups}
+    paths = write_plots(episodes, summary, tmp_path)
+    assert paths["group_plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_flexbench_heatmap_rows_are_named_by_their_sop_clause():
+    env = gym.make("ifgym/FlexBench-v0", sop="merchant_onboarding").unwrapped
+    episodes = [rollout(env, ScriptedPolicy(["Hello, thanks for calling. Goodbye."]), seed=0)]
+    matrix = heatmap_matrix({"scripted": episodes})
+    assert matrix["labels"][0].startswith("d1 Ask whether you are speaking")
+    assert all(len(label) <= 44 for label in matrix["labels"])  # id + at most 40 characters
+    fig = heatmap_figure(matrix, "FlexBench merchant_onboarding", "run title")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == matrix["labels"]
+    assert ax.get_title() == "FlexBench merchant_onboarding\nrun title"
+
+
+@pytest.mark.parametrize(
+    ("text", "short"),
+    [
+        ("Do not discuss the account before this is settled.", "Do not discuss the account before this…"),
+        ("Say goodbye.", "Say goodbye"),  # short enough: whole, without the full stop
+    ],
+)
+def test_short_dimension_names(text, short):
+    assert short_name(text) == short
+
+
+def test_comparison_plot_draws_each_run_with_its_interval(tmp_path):
+    level = {"level": 0.95}
+    summaries = {
+        "patience=1": {
+            "strict": {"CSR": 0.25, "EDR_len": 1.0},
+            "ci": {"strict": {"CSR": [0.1, 0.4]}},
+            "ci_settings": level,
+        },
+        "patience=2": {
+            "strict": {"CSR": 0.5, "EDR_len": 2.0},
+            "ci": {"strict": {"CSR": [0.3, 0.7]}},
+            "ci_settings": level,
+        },
+    }
+    fig = comparison_figure(summaries, ["CSR", "EDR_len"], title="Sweep of 2 jobs")
+    csr, edr = fig.axes
+    assert fig._suptitle.get_text() == "Sweep of 2 jobs (strict; bars: 95% bootstrap intervals)"
+    assert [csr.get_title(), edr.get_title()] == ["CSR", "EDR_len"]
+    assert [t.get_text() for t in csr.get_xticklabels()] == ["patience=1", "patience=2"]
+    (low1, high1), (low2, high2) = (c.get_segments()[0][:, 1] for c in csr.collections if c.get_segments())
+    assert (low1, high1, low2, high2) == pytest.approx((0.1, 0.4, 0.3, 0.7))  # the intervals as error bars
+    assert [t.get_text() for t in csr.texts] == ["0.25", "0.50"] and csr.get_ylim() == (-0.02, 1.05)
+    assert edr.get_ylim()[1] > 2  # not a rate: its own scale
+    path = write_comparison_plot(summaries, ["CSR"], tmp_path / "cmp.png", title="Sweep of 2 jobs")
+    assert path.read_bytes()[:4] == b"\x89PNG"
