@@ -392,15 +392,16 @@ def evaluate(
     first_env = make_env().unwrapped
     summarize = first_env.summarize
 
+    # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
+    semantics = getattr(first_env, "checker_semantics", "ifgym")
+    has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
     record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job)
     record.start(clients)
     seeds = range(resolved["seed"], resolved["seed"] + resolved["episodes"])
     logger = None
     try:
         if resolved["logger"]["kind"] == "wandb":
-            from ifgym.tracking import WandbLogger
-
-            logger = WandbLogger(resolved["logger"], config=resolved, run_key=key, summarize=summarize)
+            logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=has_loose)
         episodes = run(
             make_env,
             make_policy,
@@ -414,9 +415,6 @@ def evaluate(
     except BaseException as exc:
         record.fail(exc)
         raise
-    # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
-    semantics = getattr(first_env, "checker_semantics", "ifgym")
-    has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
     loose = summarize(episodes, loose=True) if has_loose else {}
     summary = {"protocol": first_env.protocol(), "strict": summarize(episodes), "loose": loose}
     summary["checker_semantics"] = semantics
@@ -458,8 +456,33 @@ def evaluate(
     if resolved["plots"] and charts["survival_note"]:
         print(f"survival_plot: {charts['survival_note']}")
     if logger:
-        logger.finish(episodes, summary, plots)
+        logger.finish(episodes, summary, plots, charts=charts)
+        if logger.settings["mode"] == "offline":
+            print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
     return summary
+
+
+def _wandb_logger(
+    resolved: dict[str, Any],
+    key: str,
+    summarize: Callable[..., Any],
+    folder: Path,
+    job: dict[str, Any] | None,
+    *,
+    loose: bool,
+) -> Any:
+    """The run's W&B logger (None when W&B is disabled); a sweep's jobs are grouped under the sweep's name."""
+    from ifgym.tracking import WandbLogger, resolve_settings
+
+    job = job or {}
+    sweep = Path(job["sweep_dir"]).name if job.get("mode") == "MULTIRUN" else None
+    name = f"{sweep}-{job['job_num']}" if sweep else folder.name
+    settings = resolve_settings(resolved["logger"], run_dir=folder, name=name, group=sweep)
+    if settings["mode"] == "disabled":
+        print("W&B: disabled (logger.mode or WANDB_MODE); nothing is logged to W&B")
+        return None
+    config = resolved | {"hydra": job} if job else resolved
+    return WandbLogger(settings, config=config, run_key=key, summarize=summarize, loose=loose)
 
 
 class JobFailed:

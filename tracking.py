@@ -1,100 +1,244 @@
-"""Weights & Biases logging for `ifgym eval` (wandb is imported only when this logger is used)."""
+"""Weights & Biases logging for `ifgym eval` (wandb is imported only when this logger is used).
+
+Settings follow W&B's conventions: a value set in the config (`logger.project=…`) wins, else W&B's
+environment variable (`WANDB_PROJECT`, `WANDB_ENTITY`, `WANDB_MODE`, `WANDB_DIR`, `WANDB_NAME`,
+`WANDB_RUN_GROUP`, `WANDB_TAGS`), else ifgym's default: project `ifgym`, mode `online` when an API key
+is configured (`WANDB_API_KEY` or a netrc entry for the W&B host) and `offline` otherwise, files in the
+run folder, the run folder's name, and in a sweep the sweep as the group. `disabled` logs nothing.
+
+A run logs: its config (secrets removed) and protocol; per-episode metrics as history
+(`episode/…`, strict and `episode/loose/…`, with the policy's calls and tokens); as the run summary
+the run's metrics with their bootstrap intervals (`strict/CSR`, `strict/CSR/ci_low` …), calls and
+tokens per role (`usage/<role>/…`) and the policy's cost figures, never the last episode's values;
+the survival curve and per-group pass rates as native charts (`wandb.plot.line`, `wandb.plot.bar`)
+and as the PNGs; and a transcript table with each turn's reward, patience, and verdict labels and
+reasons, strict and loose.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
+import math
+import netrc
+import os
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from ifgym.core import Episode
+from ifgym.core import Episode, TurnRecord
 from ifgym.errors import BackendError, UnknownNameError
+from ifgym.records import public_config
 
 MODES = ("online", "offline", "disabled")
+# W&B's own spellings of its modes (WANDB_MODE=dryrun is offline)
+MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+ENV_VARS = {
+    "project": "WANDB_PROJECT",
+    "entity": "WANDB_ENTITY",
+    "mode": "WANDB_MODE",
+    "dir": "WANDB_DIR",
+    "name": "WANDB_NAME",
+    "group": "WANDB_RUN_GROUP",
+    "tags": "WANDB_TAGS",
+}
+TRANSCRIPT_COLUMNS = (
+    "episode_id",
+    "seed",
+    "turn",
+    "user",
+    "reply",
+    "reward",
+    "patience",
+    "strict",
+    "strict_reasons",
+    "loose",
+    "loose_reasons",
+    "done_reason",
+)
 
 
-def _strip_secrets(config: Any) -> Any:
-    """Drop anything that looks like a secret value; API keys never live in config, this is a second guard."""
-    if isinstance(config, dict):
-        return {k: _strip_secrets(v) for k, v in config.items() if k.lower() not in ("api_key", "token", "password")}
-    if isinstance(config, list):
-        return [_strip_secrets(v) for v in config]
-    return config
+def api_key_configured(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether W&B would find an API key: `WANDB_API_KEY`, or a netrc entry for the W&B host (`WANDB_BASE_URL`)."""
+    if environ.get("WANDB_API_KEY"):
+        return True
+    host = urlsplit(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(environ.get("NETRC")).authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_settings(
+    settings: Mapping[str, Any],
+    *,
+    run_dir: Path,
+    name: str,
+    group: str | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> dict[str, Any]:
+    """The W&B settings of a run: the config's value if set, else W&B's environment variable, else ifgym's default.
+
+    `run_dir`, `name` and `group` are ifgym's defaults for `dir`, `name` and `group` (the run
+    folder, its name, and the sweep in a sweep). `tags` from the environment are comma-separated.
+    """
+    defaults: dict[str, Any] = {
+        "project": "ifgym",
+        "entity": None,
+        "mode": "online" if api_key_configured(environ) else "offline",
+        "dir": str(run_dir),
+        "name": name,
+        "group": group,
+        "tags": [],
+    }
+    out: dict[str, Any] = {}
+    for key, default in defaults.items():
+        value = settings.get(key)
+        if value is None and environ.get(ENV_VARS[key]):
+            value = environ[ENV_VARS[key]]
+            if key == "tags":
+                value = [t.strip() for t in value.split(",") if t.strip()]
+        out[key] = default if value is None else value
+    out["tags"] = [str(t) for t in out["tags"]]
+    out["mode"] = MODE_ALIASES.get(str(out["mode"]), str(out["mode"]))
+    if out["mode"] not in MODES:
+        raise UnknownNameError("W&B mode (logger.mode or WANDB_MODE)", out["mode"], MODES)
+    return out
+
+
+def _flat(prefix: str, values: Mapping[str, Any]) -> dict[str, float]:
+    """Numeric values of a (nested) mapping as `prefix/key/…` entries; NaN left out (W&B shows it as missing)."""
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(f"{prefix}/{key}", value))
+        elif isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value):
+            out[f"{prefix}/{key}"] = value
+    return out
+
+
+def item_names(turn: TurnRecord) -> list[str]:
+    """What each verdict of a turn is about: its checklist item ids, else its constraint ids."""
+    names = [i.id for i in turn.spec.checklist] or [c.id for c in turn.spec.constraints]
+    return names if len(names) == len(turn.verdicts) else [f"item {k + 1}" for k in range(len(turn.verdicts))]
+
+
+def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's figures as W&B summary keys: metrics with intervals, episodes, usage per role, policy cost."""
+    out: dict[str, Any] = {"episodes": summary.get("episodes")}
+    for mode in ("strict", "loose"):
+        out.update(_flat(mode, summary.get(mode, {})))
+        for metric, bounds in (summary.get("ci") or {}).get(mode, {}).items():
+            if bounds:
+                out[f"{mode}/{metric}/ci_low"], out[f"{mode}/{metric}/ci_high"] = bounds
+    for role, usage in summary.get("usage", {}).items():
+        out.update(_flat(f"usage/{role}", usage))
+    out.update(_flat("policy_cost", summary.get("policy_cost") or {}))
+    out.update(_flat("user_stats", summary.get("user_stats") or {}))
+    return out
 
 
 class WandbLogger:
-    """Logs the resolved config, per-episode metrics, a transcript table and the plots."""
+    """Logs one run to W&B: config, per-episode history, run summary, native charts, plots, transcripts."""
 
     def __init__(
         self,
-        settings: dict[str, Any],
+        settings: Mapping[str, Any],
         *,
-        config: dict[str, Any],
+        config: Mapping[str, Any],
         run_key: str,
-        summarize: Callable[[list[Episode]], dict[str, float]],
+        summarize: Callable[..., dict[str, float]],
+        loose: bool = True,
     ):
-        if settings["mode"] not in MODES:
-            raise UnknownNameError("wandb mode", settings["mode"], MODES)
         try:
             import wandb
         except ImportError as exc:  # pragma: no cover - wandb is a core dependency
             raise BackendError("logger=wandb needs wandb: pip install 'wandb>=0.17,<0.32'") from exc
         self._wandb = wandb
+        self.settings = dict(settings)
+        Path(self.settings["dir"]).mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(
-            project=settings["project"],
-            entity=settings["entity"],
-            name=settings["name"],
-            tags=list(settings["tags"]),
-            mode=settings["mode"],
-            config=_strip_secrets(config) | {"run_key": run_key},
+            project=self.settings["project"],
+            entity=self.settings["entity"],
+            name=self.settings["name"],
+            group=self.settings["group"],
+            tags=self.settings["tags"],
+            mode=self.settings["mode"],
+            dir=self.settings["dir"],
+            job_type="eval",
+            config=public_config(dict(config)) | {"run_key": run_key},
             reinit="finish_previous",
         )
-        self._step = 0
+        # the run summary is the run's metrics (set in finish), never the last episode's values
+        self.run.define_metric("episode/*", summary="none")
         self._summarize = summarize
+        self._loose = loose
+        self._logged: set[int | None] = set()
+        self._step = 0
 
     def log_episode(self, episode: Episode) -> None:
-        """Per-episode metrics as one W&B step."""
-        metrics = {f"episode/{k}": v for k, v in self._summarize([episode]).items()}
-        metrics["episode/seed"] = episode.seed
+        """One episode's metrics (strict and loose), length and policy usage as one history step."""
+        metrics = _flat("episode", self._summarize([episode]))
+        if self._loose:
+            metrics.update(_flat("episode/loose", self._summarize([episode], loose=True)))
+        metrics.update(_flat("episode/policy", episode.meta.get("policy_usage", {})))
+        metrics.update({"episode/seed": episode.seed, "episode/length": len(episode.turns)})
         self.run.log(metrics, step=self._step)
+        self._logged.add(episode.seed)
         self._step += 1
 
-    def finish(self, episodes: Sequence[Episode], summary: dict[str, Any], plots: dict[str, Path]) -> None:
-        """Summary metrics, the transcript table and the plots; then close the run."""
+    def finish(
+        self,
+        episodes: Sequence[Episode],
+        summary: Mapping[str, Any],
+        plots: Mapping[str, Path],
+        *,
+        charts: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Log what a resumed run played before, the run summary, charts, plots and transcripts; close the run.
+
+        `charts`: `report.chart_data` (survival curve, pass rates per group) for the native charts.
+        """
         wandb = self._wandb
-        for mode in ("strict", "loose"):
-            for k, v in summary[mode].items():
-                self.run.summary[f"{mode}/{k}"] = v
-            for k, bounds in summary.get("ci", {}).get(mode, {}).items():  # bootstrap intervals, when computed
-                if bounds:
-                    self.run.summary[f"{mode}/{k}/ci_low"], self.run.summary[f"{mode}/{k}/ci_high"] = bounds
-        table = wandb.Table(
-            columns=[
-                "episode_id",
-                "seed",
-                "turn",
-                "user",
-                "reply",
-                "constraints",
-                "verdicts",
-                "reward",
-                "patience",
-            ]
-        )
+        for episode in episodes:  # episodes finished in an earlier, interrupted session of this run
+            if episode.seed not in self._logged:
+                self.log_episode(episode)
+        self.run.summary.update(run_summary(summary))
+        if summary.get("protocol"):
+            self.run.config.update({"protocol": summary["protocol"]}, allow_val_change=True)
+        payload: dict[str, Any] = {"transcripts": self.transcripts(episodes)}
+        charts = charts or {}
+        if charts.get("survival"):
+            table = wandb.Table(columns=["turn", "still going"], data=[list(p) for p in charts["survival"]])
+            payload["charts/survival"] = wandb.plot.line(
+                table, "turn", "still going", title="Survival: share of dialogues still going after each turn"
+            )
+        for mode, rates in charts.get("group_pass_rates", {}).items():
+            table = wandb.Table(columns=["group", "pass rate"], data=[[g, r] for g, r in rates.items()])
+            payload[f"charts/group_pass_rates_{mode}"] = wandb.plot.bar(
+                table, "group", "pass rate", title=f"Pass rate per constraint group ({mode})"
+            )
+        payload.update({f"plots/{name}": wandb.Image(str(path)) for name, path in plots.items()})
+        self.run.log(payload, step=self._step)
+        self.run.finish()
+
+    def transcripts(self, episodes: Sequence[Episode]) -> Any:
+        """Every turn as a table row: words, reward, patience, each item's verdict and reason (strict and loose)."""
+        table = self._wandb.Table(columns=list(TRANSCRIPT_COLUMNS))
         for ep in episodes:
-            for t in ep.turns:
+            for k, t in enumerate(ep.turns):
+                names = item_names(t)
                 table.add_data(
                     ep.episode_id,
                     ep.seed,
                     t.index,
                     t.user,
                     t.reply,
-                    json.dumps([c.to_json() for c in t.spec.constraints], ensure_ascii=False),
-                    json.dumps([v.label for v in t.verdicts]),
                     t.reward,
                     t.patience,
+                    "\n".join(f"{n}: {v.label}" for n, v in zip(names, t.verdicts, strict=True)),
+                    "\n".join(f"{n}: {v.reason}" for n, v in zip(names, t.verdicts, strict=True)),
+                    "\n".join(f"{n}: {v.label}" for n, v in zip(names, t.loose_verdicts, strict=False)),
+                    "\n".join(f"{n}: {v.reason}" for n, v in zip(names, t.loose_verdicts, strict=False)),
+                    ep.done_reason if k == len(ep.turns) - 1 else "",
                 )
-        payload: dict[str, Any] = {"transcripts": table}
-        payload.update({name: wandb.Image(str(path)) for name, path in plots.items()})
-        self.run.log(payload, step=self._step)
-        self.run.finish()
+        return table

@@ -95,14 +95,18 @@ class JudgeConf:
 
 @dataclass
 class LoggerConf:
-    """Where results go besides the local files."""
+    """Where results go besides the local files. W&B settings left null come from W&B's environment variables."""
 
     kind: str = _help("none | wandb", "none")
-    project: str = _help("W&B project", "ifgym")
-    entity: str | None = _help("W&B entity", None)
-    mode: str = _help("W&B mode: online | offline | disabled", "offline")
-    name: str | None = _help("W&B run name", None)
-    tags: list[str] = _help("W&B tags", default_factory=list)
+    project: str | None = _help("W&B project; null = $WANDB_PROJECT, else 'ifgym'", None)
+    entity: str | None = _help("W&B entity; null = $WANDB_ENTITY, else your default", None)
+    mode: str | None = _help(
+        "online | offline | disabled; null = $WANDB_MODE, else online with an API key, offline without", None
+    )
+    dir: str | None = _help("where W&B writes its files; null = $WANDB_DIR, else the run folder", None)
+    name: str | None = _help("W&B run name; null = $WANDB_NAME, else the run folder's name", None)
+    group: str | None = _help("W&B group; null = $WANDB_RUN_GROUP, else the sweep (in a sweep)", None)
+    tags: list[str] | None = _help("W&B tags; null = $WANDB_TAGS (comma-separated), else none", None)
 
 
 @dataclass
