@@ -415,9 +415,10 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
 
     The key values are the keyword(s), number, emoji, letter, quotation marks, mode or format name
     (for a modify, `old` is the constraint replaced: of keyword counts and forbidden words only what
-    changed must appear). Matching is case-insensitive; numbers may be digits or words. Empty when
-    everything is there. A rule check in the spirit of EvolIF's query completeness check, somewhat
-    stricter (a letter must be named as a letter, a length its number).
+    changed must appear). Matching is case-insensitive, words must start a word of the text ("art" is
+    not in "start"), numbers may be digits or words. Empty when everything is there. A rule check in
+    the spirit of EvolIF's query completeness check, somewhat stricter (a letter must be named as a
+    letter, a length its number).
     """
     p, cid, missing = new.params, new.id, []
     before = old.params if old is not None and old.id == cid else {}
@@ -428,7 +429,7 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
         if p["emoji"] not in text:
             missing.append(f"the emoji {p['emoji']}")
     elif cid.endswith(".keyword"):
-        if p["keyword"].casefold() not in text.casefold():
+        if not _word(text, p["keyword"]):
             missing.append(f"the word {_q(p['keyword'])}")
     elif cid.endswith(".quotation"):
         missing += [f"the mark {_q(m)}" for m in (p["left"], p["right"]) if m not in text]
@@ -456,7 +457,7 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
         for word, n in counts.items():
             if was.get(word) == n:
                 continue  # unchanged by this modify
-            if word.casefold() not in text.casefold():
+            if not _word(text, word):
                 missing.append(f"the keyword {_q(word)}")
             elif not _times_stated(text, n):
                 missing.append(f"how often {_q(word)} occurs ({_times(n)})")

@@ -627,6 +627,9 @@ def _sentence_of(clause):
         (Constraint("start_with.letter", {"letter": "T"}), "Begin with 'T'.", True),
         (Constraint("start_with.letter", {"letter": "T"}), "Begin with T please.", True),  # standing alone
         (Constraint("start_with.letter", {"letter": "T"}), "Tell me more.", False),  # only inside a word
+        # keywords must start a word
+        (Constraint("start_with.keyword", {"keyword": "art"}), "Start with a new line.", False),
+        (Constraint("start_with.keyword", {"keyword": "art"}), "Begin with 'Art'.", True),
         # numbers as digits, with thousands separators, or as words
         (Constraint("length.words", {"relation": "less_than", "n": 1200}), "Under 1,200 words.", True),
         (Constraint("length.sentences", {"relation": "exactly", "n": 3}), "Exactly three sentences.", True),
