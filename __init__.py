@@ -8,6 +8,7 @@ imported until `gym.make`). Submodules load on first attribute access, so after 
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import ModuleType
 
 from gymnasium.envs.registration import register, registry
@@ -27,7 +28,9 @@ def lazy_submodules(package: str, path: Iterable[str]) -> Callable[[str], Module
     return __getattr__
 
 
-__getattr__ = lazy_submodules(__name__, __path__)
+# pytest (importlib mode) also runs this file as a plain module when the checkout folder's name is not
+# an identifier (e.g. a worktree named `evolif-user`): there is no __path__ then, only __file__.
+__getattr__ = lazy_submodules(__name__, globals().get("__path__") or [str(Path(__file__).parent)])
 __version__ = "0.1.0"
 __all__ = ["ENV_IDS", "Episode", "TurnRecord", "TurnSpec", "UserTurn", "Verdict"]
 
