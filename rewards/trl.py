@@ -20,7 +20,7 @@ from typing import Any
 
 from ifgym.core import Episode
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.rewards.constraints import Constraint, check
+from ifgym.rewards.constraints import SEMANTICS, Constraint, check
 
 __all__ = ["ConstraintReward", "export_prompt_rows", "write_prompt_rows"]
 
@@ -31,23 +31,30 @@ class ConstraintReward:
     """TRL reward: how well each completion meets its sample's rule-checkable constraints.
 
     `mode="fraction"`: the share of rule constraints satisfied; `mode="all"`: 1.0 when all hold,
-    else 0.0. `loose=True` uses IFEval-style loose checking.
+    else 0.0. `loose=True` uses IFEval-style loose checking; `semantics="evolif"` the verdicts of
+    EvolIF's released evaluator (see `ifgym.rewards.check`; it has no loose reading).
 
     Unknown rule verdicts (a branch that does not apply) count neither way. A plain class so that
     it pickles (TRL may copy reward functions into worker processes); `__name__` names it in logs.
     """
 
-    def __init__(self, loose: bool = False, mode: str = "fraction"):
+    def __init__(self, loose: bool = False, mode: str = "fraction", semantics: str = "ifgym"):
         if mode not in REWARD_MODES:
             raise UnknownNameError("ConstraintReward mode", mode, REWARD_MODES)
         if not isinstance(loose, bool):
             raise ConfigError(f"ConstraintReward loose must be True or False, got {loose!r}")
+        if semantics not in SEMANTICS:
+            raise UnknownNameError("ConstraintReward semantics", semantics, SEMANTICS)
+        if loose and semantics == "evolif":
+            raise ConfigError("ConstraintReward: semantics='evolif' has one reading; drop loose=True")
         self.loose = loose
         self.mode = mode
-        self.__name__ = f"ifgym_constraints_{mode}{'_loose' if loose else ''}"
+        self.semantics = semantics
+        suffix = "_loose" if loose else "_evolif" if semantics == "evolif" else ""
+        self.__name__ = f"ifgym_constraints_{mode}{suffix}"
 
     def __repr__(self) -> str:
-        return f"ConstraintReward(loose={self.loose}, mode={self.mode!r})"
+        return f"ConstraintReward(loose={self.loose}, mode={self.mode!r}, semantics={self.semantics!r})"
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score each completion against the constraints in the same row of `kwargs["constraints"]`."""
@@ -74,7 +81,7 @@ class ConstraintReward:
 
     def _score(self, text: str, constraints: Sequence[Constraint]) -> float | None:
         rule = [c for c in constraints if not c.judged]
-        labels = [check(c, text, loose=self.loose).label for c in rule]
+        labels = [check(c, text, loose=self.loose, semantics=self.semantics).label for c in rule]
         yes, no = labels.count("yes"), labels.count("no")
         if yes + no == 0:
             return None

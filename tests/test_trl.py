@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
-from ifgym.errors import ConstraintParamsError, DataFormatError, UnknownNameError
+from ifgym.errors import ConfigError, ConstraintParamsError, DataFormatError, UnknownNameError
 from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.trl import ConstraintReward, export_prompt_rows, write_prompt_rows
 
@@ -172,3 +172,15 @@ def test_export_without_system_prompt_starts_with_user():
     ep = _episode()
     ep.system_prompt = None
     assert export_prompt_rows([ep])[0]["prompt"] == [{"role": "user", "content": "Say hi."}]
+
+
+def test_evolif_semantics_scores_as_evolifs_evaluator():
+    fenced = '```json\n{"a": 1}\n```'  # EvolIF strips one enclosing fence; ifgym's strict reading does not
+    evolif = ConstraintReward(semantics="evolif")
+    assert evolif([fenced], constraints=[[JSON_FORMAT]]) == [1.0]
+    assert ConstraintReward()([fenced], constraints=[[JSON_FORMAT]]) == [0.0]
+    assert pickle.loads(pickle.dumps(evolif)).__name__ == "ifgym_constraints_fraction_evolif"
+    with pytest.raises(UnknownNameError, match="Did you mean 'evolif'"):
+        ConstraintReward(semantics="evolf")
+    with pytest.raises(ConfigError, match="one reading"):
+        ConstraintReward(loose=True, semantics="evolif")
