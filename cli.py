@@ -45,6 +45,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 
 GROUPS = ("env", "policy", "judge", "logger")
+COMMANDS = ("eval", "export-prompts", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -59,10 +60,14 @@ def group_options(group: str, config_dir: str | None = None) -> list[str]:
     )
 
 
+def option_lines() -> list[str]:
+    """`group={option, …}` per config group, from the YAML files on disk (`--help` and the README show these)."""
+    return [f"{group}={{{', '.join(group_options(group))}}}" for group in GROUPS]
+
+
 def usage() -> str:
     """The help text, listing each config group's options as they are on disk (never stale)."""
-    lines = [f"  {group}={{{', '.join(group_options(group))}}}" for group in GROUPS]
-    return USAGE_TEMPLATE.format(groups="\n".join(lines))
+    return USAGE_TEMPLATE.format(groups="\n".join(f"  {line}" for line in option_lines()))
 
 
 def _compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None):
@@ -166,6 +171,13 @@ def _explain(
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
         if "=" in item and key not in known and key not in GROUPS:
+            if key.startswith("env.") and not item.startswith("+"):  # env keys are the env's arguments
+                env_keys = [k for k in known if k.startswith("env.")]
+                close = did_you_mean(key, env_keys)
+                return (
+                    f"{key!r} is not in the env's config.{close} If it is an argument of the env that its YAML "
+                    f"leaves out, add it with '+{item}'"
+                )
             return f"unknown config key {key!r} in override {item!r}.{did_you_mean(key, known)} ({message})"
     return generic
 
@@ -222,7 +234,8 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     if base == "chat":
         if policy_cfg.get("require_server") and not policy_cfg["llm"]["base_url"]:
             raise ConfigError(
-                "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 and "
+                "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 (or OPENAI_BASE_URL in the "
+                "environment, as the openai client reads it; https://api.openai.com/v1 for OpenAI) and "
                 "policy.llm.model=NAME (without a URL ifgym would run the embedded model instead)"
             )
         client = _client_for("policy", policy_cfg["llm"], clients)
@@ -290,7 +303,7 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     """A factory of envs from the env and judge groups; model settings (`*_llm`) become shared clients."""
     import gymnasium as gym
 
-    from ifgym.errors import ConfigError
+    from ifgym.errors import ConfigError, IfgymError
 
     env_id = env_cfg["id"]
     kwargs: dict[str, Any] = {}
@@ -310,6 +323,8 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     except gym.error.Error as exc:  # gymnasium's own: an unknown id, with its did-you-mean
         ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
         raise ConfigError(f"env.id={env_id}: {exc} (ifgym's ids: {ids})") from None
+    except IfgymError as exc:  # the env refused an argument: say which env it was
+        raise ConfigError(f"env ({env_id}): {exc}") from None
     return make_env
 
 
@@ -378,6 +393,8 @@ def evaluate(
     if resolved["ci"]:
         ci_settings = CISettings(resolved["ci_resamples"], resolved["ci_level"], resolved["seed"])
     key = run_key(resolved)
+    if resolved["episodes"] < 1:
+        raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
     if (job or {}).get("mode") == "MULTIRUN" and resolved["output"]:
         raise ConfigError(
             f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
@@ -496,6 +513,8 @@ def _drop_if_empty(folder: Path) -> None:
     """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
     if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".hydra", "run.json"}:
         shutil.rmtree(folder)
+        if not any(folder.parent.iterdir()):  # e.g. ./runs, made for this run alone
+            folder.parent.rmdir()
 
 
 def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -693,14 +712,24 @@ def main(argv: list[str] | None = None) -> int:
                 print("usage: ifgym export-prompts EPISODES.jsonl OUT.jsonl", file=sys.stderr)
                 return 2
             from ifgym.envs.rollout import read_episodes
+            from ifgym.errors import ConfigError
             from ifgym.rewards.trl import write_prompt_rows
 
-            n = write_prompt_rows(read_episodes(rest[0]), rest[1])
+            episodes = read_episodes(rest[0])
+            if not episodes:
+                raise ConfigError(f"{rest[0]}: no episodes there (give the episodes.jsonl of a run)")
+            n = write_prompt_rows(episodes, rest[1])
             print(f"wrote {n} prompt rows to {rest[1]}")
             return 0
         if command == "flexbench-dimensions":
             return flexbench_dimensions(rest)
-        print(f"ifgym: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        from ifgym.errors import did_you_mean
+
+        print(
+            f"ifgym: error: unknown command {command!r}.{did_you_mean(command, COMMANDS)} "
+            f"Commands: {', '.join(COMMANDS)} (see ifgym --help)",
+            file=sys.stderr,
+        )
         return 2
     except IfgymError as exc:
         print(f"ifgym: error: {exc}", file=sys.stderr)

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from ifgym.core import Episode
 from ifgym.errors import ConfigError, DataFormatError
+from ifgym.files import not_a_folder
 
 
 def _finish(env: gym.Env, policy: Any) -> Episode:
@@ -56,7 +57,7 @@ async def arollout(env: gym.Env, policy: Any, *, seed: int | None = None, option
 
 def read_episodes(path: str | Path) -> list[Episode]:
     """Episodes from a JSONL file. A cut-off last line (an interrupted write) is ignored."""
-    path = Path(path)
+    path = not_a_folder(path, "episodes file")
     if not path.exists():
         return []
     episodes = []

@@ -62,6 +62,7 @@ import numpy as np
 
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
 from ifgym.errors import ConfigError, DataFormatError, did_you_mean
+from ifgym.files import not_a_folder
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.constraints import check
 from ifgym.rewards.judge import ask_until_complete, item_number
@@ -806,7 +807,7 @@ def score_file(path: str | Path, *, ndigits: int | None = None) -> dict[str, Any
     failure left in the file, a missing field it reads, a task outside its list, or a judge result
     list whose length differs from the constraints' (evaluate.py never writes one).
     """
-    path = Path(path)
+    path = not_a_folder(path, "evaluation file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -170,7 +170,7 @@ def _read_json(path: str | Path | None, packaged: str) -> tuple[Any, str]:
     else:
         source = str(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = not_a_folder(path, packaged.removesuffix(".json")).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise DataFormatError(f"{source}: no such file") from None
     try:

@@ -59,7 +59,7 @@ import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
 from ifgym.errors import BackendError, ConfigError, DataFormatError, IfgymError, UnknownNameError, did_you_mean
-from ifgym.files import read_json_file
+from ifgym.files import not_a_folder, read_json_file
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.simulators.base import UserSimulator
 
@@ -213,6 +213,7 @@ def load_sop(sop: str | Path | Sop | Mapping[str, Any]) -> Sop:
                 break
         else:
             raise UnknownNameError("SOP", text, sop_names())
+    not_a_folder(path, "SOP file")
     if not path.is_file():
         raise ConfigError(
             f"SOP file {str(path)!r} does not exist; give a shipped name ({', '.join(sop_names())}) or a path"
@@ -302,7 +303,7 @@ def load_personas(source: str | Path | Mapping[str, Any] | None = None) -> dict[
     """The meta profiles by level (the shipped poor/general/good file by default, or a path/mapping)."""
     where = "personas mapping"
     if source is None or isinstance(source, str | Path):
-        path = Path(source) if source is not None else PERSONAS_PATH
+        path = not_a_folder(source, "personas file") if source is not None else PERSONAS_PATH
         where = str(path)
         try:
             source = json.loads(path.read_text(encoding="utf-8"))

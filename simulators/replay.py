@@ -26,6 +26,7 @@ import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
+from ifgym.files import not_a_folder
 from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.evolif_compat import from_evolif
 from ifgym.simulators.base import UserSimulator
@@ -87,7 +88,7 @@ def _parse_line(record: Any, where: str) -> tuple[str, str, str, tuple[Constrain
 
 def load_evolif_dialogue(path: str | Path) -> list[UserTurn]:
     """Parse an EvolIF dialogue JSONL into user turns (move "replay"). Blank lines are skipped."""
-    path = Path(path)
+    path = not_a_folder(path, "EvolIF dialogue file")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:

@@ -175,7 +175,8 @@ def test_unknown_env_argument_names_the_accepted_ones(capsys):
     assert "unknown EvolIFEnv argument 'patiense'" in err and "Did you mean 'patience'" in err
 
 
-def test_policy_openai_without_a_server_url_is_an_error_not_the_embedded_model(capsys):
+def test_policy_openai_without_a_server_url_is_an_error_not_the_embedded_model(capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     assert main(["eval", "policy=openai", "episodes=1"]) == 2
     err = capsys.readouterr().err
     assert "policy.llm.base_url" in err and "embedded" in err
@@ -210,3 +211,22 @@ def test_eval_writes_bootstrap_intervals_beside_the_point_estimates(tmp_path, ca
     assert main([*args, f"output={tmp_path / 'b' / 'e.jsonl'}", "ci=false"]) == 0
     assert "CI" not in capsys.readouterr().out
     assert "ci" not in json.loads((tmp_path / "b" / "summary.json").read_text())
+
+
+def test_policy_openai_takes_the_url_and_key_from_the_environment_as_the_openai_client_does(tmp_path):
+    with CannedServer(replies=["From the environment's server."], model="served-model") as server:
+        r = cli(
+            "eval",
+            "policy=openai",
+            "policy.llm.model=served-model",
+            "episodes=1",
+            "env.max_turns=2",
+            f"output={tmp_path / 'e.jsonl'}",
+            "progress=false",
+            "plots=false",
+            env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-from-env"},
+        )
+        assert r.returncode == 0, r.stderr
+        assert len(server.requests) == 2 and server.headers[0]["authorization"] == "Bearer sk-from-env"
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["config"]["policy"]["llm"]["base_url"] == server.base_url  # resolved, so the run key sees it

@@ -1,7 +1,7 @@
-"""StructFlow dialogues: the shared dataset, the offline and LLM generators, the user, and the env end to end.
+"""StructFlow dialogues: the packaged dataset, the offline and LLM generators, the user, and the env end to end.
 
-The dataset tests read StructFlowBench's released file from the shared data folder (MIT); the
-package never bundles it. The LLM generator runs against a CannedClient scripted per stage; the
+The dataset tests read StructFlowBench's released file as it ships in the package (MIT, with its
+LICENSE and SOURCE). The LLM generator runs against a CannedClient scripted per stage; the
 end-to-end episode talks to a real OpenAI-compatible server on 127.0.0.1 (CannedServer) for both the
 policy and the judge.
 """
@@ -54,12 +54,12 @@ def dataset():
 
 @pytest.fixture(scope="session")
 def raw(dataset):
-    """The shared dataset's records, as parsed JSON."""
+    """The packaged dataset's records, as parsed JSON."""
     return json.loads(Path(dataset).read_text(encoding="utf-8"))
 
 
 # ---------------------------------------------------------------------------------------------
-# The shared dataset
+# The packaged dataset
 # ---------------------------------------------------------------------------------------------
 
 

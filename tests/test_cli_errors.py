@@ -1,0 +1,101 @@
+"""Every mistake a user can make on the command line ends in one `ifgym: error:` line that names it, never a
+traceback: unknown env ids, invalid values, typos, unknown keys and flags, and folders given where a file goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ifgym.cli import main
+
+SCRIPTED = ["policy=scripted", "episodes=1", "progress=false", "plots=false"]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """A folder with a file in it, given where a file is expected; runs go to tmp_path."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    path = tmp_path / "data"
+    path.mkdir()
+    (path / "inside.json").write_text("[]")
+    return path
+
+
+CASES = [
+    # unknown env ids: gymnasium's own message (with its did-you-mean) and ifgym's ids
+    (["env.id=ifgym/Nope-v0"], "Environment `Nope` doesn't exist"),
+    (["env.id=ifgym/EvolF-v1"], "Did you mean: `EvolIF`?"),
+    (["env.id=ifgym/EvolIF-v9"], "ifgym's ids: ifgym/EvolIF-v1"),
+    # invalid values
+    (["env.max_turns=0"], "env (ifgym/EvolIF-v1): max_turns must be a positive int"),
+    (["env.patience=-1"], "patience must be a positive int or None"),
+    (["env.reward=wcsr"], "unknown reward mode 'wcsr'"),
+    (["episodes=many"], "could not be converted to Integer"),
+    (["episodes=0"], "episodes must be >= 1"),
+    (["concurrency=0"], "concurrency must be >= 1"),
+    (["ci_level=2"], "ci_level must be a number between 0 and 1"),
+    (["logger=wandb", "logger.mode=sometimes"], "unknown W&B mode"),
+    (["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.temperature=-1"], "temperature"),
+    (["judge=llm", "judge.llm.base_url=ftp://x"], "an http(s) URL"),
+    (["policy=openai"], "OPENAI_BASE_URL"),  # no URL at all: where to put one
+    # typos, unknown keys, options and flags
+    (["episdes=3"], "Did you mean 'episodes'"),
+    (["env.max_turn=3"], "Did you mean 'env.max_turns'"),
+    (["policy=scriptd"], "Did you mean 'scripted'"),
+    (["+experiment=foo"], "unknown config key 'experiment' (from '+experiment=foo')"),
+    (["+policy.temprature=1"], "unknown config key 'policy.temprature'"),
+    (["+env.patiense=2"], "Did you mean 'patience'"),
+    (["env=structflow", "env.dataset=structflowbnch"], "Did you mean 'structflowbench'"),
+    (["--frob"], "unrecognized arguments: --frob"),
+    # folders given where a file goes
+    (["output={folder}"], "is a folder; give the episodes file"),
+    (["env=structflow", "env.dataset={folder}", "env.allow_unjudged=true"], "dataset '{folder}' is a folder"),
+    (["env=structflow", "+env.templates={folder}"], "structure templates '{folder}' is a folder"),
+    (["env=structflow", "+env.topics={folder}"], "topics '{folder}' is a folder"),
+    (["env.script={folder}"], "EvolIF dialogue file '{folder}' is a folder"),
+    (["env=flexbench", "env.sop={folder}"], "SOP file '{folder}' is a folder"),
+    (["env=flexbench", "env.dimensions={folder}"], "dimension file '{folder}' is a folder"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), CASES)
+def test_every_mistake_is_one_clear_line(folder, capsys, overrides, fragment):
+    args = [o.format(folder=folder) for o in overrides]
+    assert main(["eval", *SCRIPTED, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ifgym: error:") and len(err.strip().splitlines()) == 1, err
+    assert fragment.format(folder=folder) in err
+    assert not (folder.parent / "runs").exists()  # nothing left behind
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["export-prompts", "{folder}", "out.jsonl"], "episodes file '{folder}' is a folder"),
+        (["export-prompts", "{folder}/none.jsonl", "out.jsonl"], "no episodes there"),
+        (["evl"], "unknown command 'evl'. Did you mean 'eval'?"),
+    ],
+)
+def test_other_commands_too(folder, capsys, args, fragment):
+    assert main([a.format(folder=folder) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith("ifgym: error:") and len(err.strip().splitlines()) == 1 and fragment.format(folder=folder) in err
+    )
+
+
+def test_the_installed_command_prints_no_traceback(folder):
+    for args in (["env.id=ifgym/Nope-v0"], ["env=structflow", f"env.dataset={folder}"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "ifgym.cli", "eval", *SCRIPTED, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=folder,
+            env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
+        )
+        assert done.returncode == 2 and done.stderr.startswith("ifgym: error:") and "Traceback" not in done.stderr
