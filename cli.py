@@ -126,9 +126,9 @@ def check_schema(cfg: Any, overrides: Sequence[str] = ()) -> None:
                         f"unknown config key {name!r}{where}.{did_you_mean(name, known)} `ifgym eval --help` lists the "
                         "keys; a config group of your own goes in a folder given with --config-dir"
                     )
-        for key in node:
+        for key, child in node.items_ex(resolve=False):
             if prefix + str(key) != "env":
-                walk(node._get_node(key), f"{prefix}{key}.")
+                walk(child, f"{prefix}{key}.")
 
     walk(cfg, "")
 
@@ -571,10 +571,12 @@ class SweepSummary(Callback):
 
         if job_return.hydra_cfg.hydra.mode != RunMode.MULTIRUN:
             return
-        value = job_return._return_value
-        if job_return.status == JobStatus.FAILED or isinstance(value, JobFailed):
-            error = value.error if isinstance(value, JobFailed) else f"{type(value).__name__}: {value}"
-            value = {"error": error}
+        if job_return.status == JobStatus.FAILED:  # not an ifgym error (those return JobFailed): Hydra reports it
+            value: Any = {"error": "an unexpected exception (its traceback follows the sweep)"}
+        else:
+            value = job_return.return_value
+            if isinstance(value, JobFailed):
+                value = {"error": value.error}
         self.jobs.append(
             {
                 "job": job_return.hydra_cfg.hydra.job.num,
