@@ -36,7 +36,7 @@ __all__ = ["ENV_IDS", "Episode", "TurnRecord", "TurnSpec", "UserTurn", "Verdict"
 
 # Every env id, in one place. LLM-backed ids are nondeterministic (the user or judge is a model).
 # EvolIF v0 stays registered with its first-release behaviour (see EvolIFEnv's Version History).
-_EVOLIF_V0 = {"restate": "all", "adaptive": True, "user_checks": "model", "max_turns": 20}
+_EVOLIF_V0 = {"restate": "all", "adaptive": True, "user_checks": "model", "max_turns": 20, "judge_mode": "rating"}
 _ENVS = {
     "ifgym/EvolIF-v1": dict(entry_point="ifgym.envs.evolif:EvolIFEnv", nondeterministic=False, kwargs={}),
     "ifgym/EvolIF-LLM-v1": dict(

@@ -33,6 +33,10 @@ commands:
                              judge=llm logger=wandb episodes=20). Hydra's flags: -m/--multirun (sweep,
                              e.g. -m env.patience=2,3), --cfg [job|hydra|all], --info, -cd/--config-dir DIR
                              and -cn/--config-name NAME (your own configs), hydra.run.dir=… hydra.sweep.dir=…
+  judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
+                             kappa, injection flips, unknowns, calls, time) and write the report as JSON:
+                             judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
+                             set=full|short out=judge_audit.json (no base_url: the embedded model)
   export-prompts EPISODES OUT  turn an episodes JSONL into TRL prompt rows (JSONL) for ConstraintReward
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
@@ -45,7 +49,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 
 GROUPS = ("env", "policy", "judge", "logger")
-COMMANDS = ("eval", "export-prompts", "flexbench-dimensions")
+COMMANDS = ("eval", "judge-audit", "export-prompts", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -314,6 +318,8 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     kwargs["judge"] = judge_cfg["kind"]
     if judge_cfg["kind"] == "llm":
         kwargs["judge_llm"] = _client_for("judge", judge_cfg["llm"], clients)
+        if judge_cfg.get("mode") is not None:
+            kwargs["judge_mode"] = judge_cfg["mode"]
 
     def make_env() -> Any:
         return gym.make(env_id, **kwargs)
@@ -363,6 +369,83 @@ def run_intervals(episodes: list[Any], summary: dict[str, Any], env: Any, settin
     return {"ci": ci, "ci_settings": settings.to_json()}
 
 
+def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> dict[str, Any]:
+    """Audit the env's LLM judge on the gold set's short suite (cached) before any episode; the summary's `judge`.
+
+    Refuses (ConfigError) a judge below the floor unless `judge.trust=true`, which is recorded.
+    Says so when the judge is the embedded model (no `judge.llm.base_url`), and prints its audit.
+    """
+    from ifgym.errors import ConfigError
+    from ifgym.llm import make_client
+    from ifgym.rewards.audit import cached_audit, format_report
+
+    if judge_cfg["kind"] != "llm":
+        return {"kind": judge_cfg["kind"]}
+    judge = getattr(env.scorer, "judge", None)
+    suite = getattr(env, "judge_suite", None)
+    if judge is None or suite is None:
+        return {"kind": "llm", "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
+    if judge_cfg["llm"]["base_url"] is None:
+        print(
+            f"judge=llm without judge.llm.base_url: the embedded model ({judge.client.model}) is the judge. "
+            "Its audit on ifgym's gold set follows; pass judge.llm.base_url=... judge.llm.model=... for a "
+            "stronger judge.",
+            file=sys.stderr,
+        )
+    # a client of its own, so the run's judge usage counts the episodes only
+    report = cached_audit(
+        make_client(judge_cfg["llm"], "judge_audit"), suites=[suite], modes={suite: judge.mode}, progress=progress
+    )
+    print(format_report(report), file=sys.stderr)
+    numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
+    numbers["groups"] = {g: dict(v) for g, v in report["suites"][suite]["groups"].items()}
+    record = {
+        "kind": "llm",
+        "model": report["judge"].get("model"),
+        "mode": judge.mode,
+        "prompt_version": judge.prompt_version,
+        "suite": suite,
+        "trust": bool(judge_cfg.get("trust")),
+        "audit": {
+            "set": report["set"],
+            "gold_version": report["gold_version"],
+            "floor": report["floor"],
+            "passed": report["passed"][suite],
+            "failures": report["failures"][suite],
+            "cached": report.get("cached", False),
+            **numbers,
+        },
+    }
+    if not record["audit"]["passed"]:
+        if not record["trust"]:
+            raise ConfigError(
+                f"the judge ({record['model']}, {suite} suite, mode {judge.mode}) fails its audit on ifgym's gold "
+                f"set: {'; '.join(record['audit']['failures'])}. Its verdicts would be noise that looks like a "
+                "result. Use a stronger judge (judge.llm.base_url=... judge.llm.model=...), another judge.mode, "
+                "or pass judge.trust=true to run anyway (recorded in the summary as trusted below the floor)"
+            )
+        record["trusted_below_floor"] = True
+    return record
+
+
+def audit_lines(judge: dict[str, Any]) -> list[str]:
+    """The judge record as the lines printed under the results table."""
+    audit = judge.get("audit")
+    if judge.get("kind") != "llm" or not audit:
+        return []
+
+    def num(value: Any) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    verdict = "passed" if audit["passed"] else "FAILED (run with judge.trust=true)"
+    return [
+        f"judge: {judge['model']}, mode {judge['mode']}; audit ({audit['set']} gold set, {judge['suite']}) {verdict}: "
+        f"accuracy {num(audit['accuracy'])}, yes-rate on negatives {num(audit['yes_rate_negatives'])}, "
+        f"kappa {num(audit['kappa'])}, injection flip {num(audit['injection_flip_rate'])}, "
+        f"unknown {num(audit['unknown_rate'])}"
+    ]
+
+
 def evaluate(
     cfg: Any,
     run_dir: str | Path | None = None,
@@ -408,6 +491,7 @@ def evaluate(
     make_env = build_env(resolved["env"], resolved["judge"], clients)
     first_env = make_env().unwrapped
     summarize = first_env.summarize
+    judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
     # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
     semantics = getattr(first_env, "checker_semantics", "ifgym")
@@ -443,6 +527,7 @@ def evaluate(
     summary["episodes"] = len(episodes)
     summary["output"] = str(out)
     summary["headline"] = list(getattr(first_env, "headline_metrics", ()))
+    summary["judge"] = judge_record
     summary["run"] = record.summary_reference() | {
         "env": resolved["env"]["id"],
         "policy": resolved["policy"]["kind"],
@@ -458,6 +543,8 @@ def evaluate(
     write_summary(summary, out.parent / "summary.json")
     record.finish(episodes=len(episodes), summary="summary.json")
     print(results_table(summary))
+    for line in audit_lines(judge_record):
+        print(line)
     if cost is not None:
         rewrite = cost["rewrite_tokens_per_turn"]
         print(
@@ -597,6 +684,50 @@ class SweepSummary(Callback):
             print(f"{name}: {path}")
 
 
+AUDIT_OPTIONS = ("suites", "set", "out")
+
+
+def judge_audit(args: list[str]) -> int:
+    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the full (or short) gold set, print and write JSON."""
+    from omegaconf import OmegaConf
+
+    from ifgym.errors import ConfigError
+    from ifgym.llm import make_client
+    from ifgym.rewards.audit import audit, format_report, resolve_modes
+
+    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "full"}
+    overrides = []
+    for item in args:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise ConfigError(f"judge-audit: {item!r} is not KEY=VALUE (see `ifgym --help`)")
+        if key in AUDIT_OPTIONS:
+            options[key] = value
+        else:
+            overrides.append(item)
+    if options["set"] not in ("full", "short"):
+        raise ConfigError(f"judge-audit: set must be full or short, got {options['set']!r}")
+    if not any(o.startswith("judge=") for o in overrides):
+        overrides.insert(0, "judge=llm")
+    judge_cfg = OmegaConf.to_container(compose(overrides).judge, resolve=True)
+    suites = [s.strip() for s in options["suites"].split(",") if s.strip()]
+    modes = resolve_modes(suites, judge_cfg["mode"])
+    if judge_cfg["mode"] is not None:
+        skipped = [s for s in suites if modes[s] != judge_cfg["mode"]]
+        if skipped:  # a mode names one judge's way of asking; the other suites' judges have no such mode
+            print(f"judge.mode={judge_cfg['mode']} is not a mode of {', '.join(skipped)}: skipped", file=sys.stderr)
+            suites = [s for s in suites if s not in skipped]
+    if judge_cfg["llm"]["base_url"] is None:
+        print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
+    report = audit(make_client(judge_cfg["llm"], "judge"), suites=suites, modes=modes, short=options["set"] == "short")
+    out = Path(options.get("out") or "judge_audit.json").expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    print(format_report(report))
+    print(f"\nreport: {out}")
+    return 0
+
+
 def flexbench_dimensions(args: list[str]) -> int:
     """`ifgym flexbench-dimensions SOP OUT [KEY=VALUE ...]`: run the dimension pipeline and save the file."""
     import yaml
@@ -725,6 +856,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if command == "flexbench-dimensions":
             return flexbench_dimensions(rest)
+        if command == "judge-audit":
+            return judge_audit(rest)
         from ifgym.errors import did_you_mean
 
         print(

@@ -9,7 +9,8 @@ run folder, the run folder's name, and in a sweep the sweep as the group. `disab
 A run logs: its config (secrets removed) and protocol; per-episode metrics as history
 (`episode/…`, strict and `episode/loose/…`, with the policy's calls and tokens); as the run summary
 the run's metrics with their bootstrap intervals (`strict/CSR`, `strict/CSR/ci_low` …), calls and
-tokens per role (`usage/<role>/…`) and the policy's cost figures, never the last episode's values;
+tokens per role (`usage/<role>/…`), the policy's cost figures and the judge with its audit's numbers
+(`judge/mode`, `judge/audit/accuracy` …), never the last episode's values;
 the survival curve and per-group pass rates as native charts (`wandb.plot.line`, `wandb.plot.bar`)
 and as the PNGs; and a transcript table with each turn's reward, patience, and verdict labels and
 reasons, strict and loose.
@@ -134,6 +135,13 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out.update(_flat(f"usage/{role}", usage))
     out.update(_flat("policy_cost", summary.get("policy_cost") or {}))
     out.update(_flat("user_stats", summary.get("user_stats") or {}))
+    judge = summary.get("judge") or {}  # which judge scored the run, in which mode, and its audit's numbers
+    for key in ("kind", "model", "mode", "trust", "trusted_below_floor"):
+        if key in judge:
+            out[f"judge/{key}"] = judge[key]
+    for key, value in (judge.get("audit") or {}).items():
+        if value is None or isinstance(value, bool | int | float | str):
+            out[f"judge/audit/{key}"] = value
     return out
 
 

@@ -91,6 +91,11 @@ class JudgeConf:
 
     kind: str = _help("rules | llm", "rules")
     llm: LLMConf = _help("judge model (kind=llm)", default_factory=LLMConf)
+    mode: str | None = _help(
+        "LLM judge mode; null = the env's default. EvolIF: blind | rating; StructFlow, FlexBench: plain | evidence",
+        None,
+    )
+    trust: bool = _help("run even when the judge fails its audit (recorded in the summary)", False)
 
 
 @dataclass

@@ -28,6 +28,7 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "restate": "change",
     "adaptive": False,
     "checker_semantics": "evolif",
+    "judge_mode": "rating",
 }
 
 
@@ -89,6 +90,7 @@ class EvolIFEnv(ChatEnv):
     | `user_checks` | `"rules"` | renderer="llm": `"rules"` (EvolIF's, see below) or `"model"` (v0's) |
     | `judge` | `"rules"` | `"rules"`: only rule-checked groups are sampled; `"llm"`: judged groups too |
     | `checker_semantics` | `"ifgym"` | `"ifgym"` (strict + loose, stricter) or `"evolif"` (EvolIF's evaluator) |
+    | `judge_mode` | `"blind"` | `"blind"` (classify the reply, requirement unseen) or `"rating"` (1-10, pass > 6) |
     | `patience` | `3` | int, or `None` to switch patience off |
     | `max_turns` | `100` | safety cap on the dialogue's length (int or `None`) |
     | `reward` | `"fraction"` | `"fraction"`, `"all_pass"` or `"weighted"` |
@@ -118,13 +120,17 @@ class EvolIFEnv(ChatEnv):
     ## Version History
     - v1: the user states only the change (a return to a topic does not restate its rules), and the
       LLM user never sees the replies and is checked as EvolIF checks its queries; `max_turns`
-      defaults to 100 (EvolIF's safety cap) instead of 20.
+      defaults to 100 (EvolIF's safety cap) instead of 20. With an LLM judge the judged groups are
+      judged blind (`judge_mode="blind"`): the judge audit showed a small judge asked EvolIF's 1-10
+      question passing every reply; `judge_mode="rating"` keeps that question.
     - v0: first release: every turn restated all live rules, the LLM user saw the recent dialogue
-      and was checked by the user model, `max_turns` 20. Still registered with that behaviour
-      (`restate="all"`, `adaptive=True`, `user_checks="model"`), so earlier results reproduce.
+      and was checked by the user model, `max_turns` 20, the judge rated 1-10. Still registered with
+      that behaviour (`restate="all"`, `adaptive=True`, `user_checks="model"`, `judge_mode="rating"`),
+      so earlier results reproduce.
     """
 
     env_name = "ifgym/EvolIF-v1"
+    judge_suite = "evolif"  # the judge audit's suite for this env's LLM judge
 
     def __init__(
         self,
@@ -135,6 +141,7 @@ class EvolIFEnv(ChatEnv):
         user_checks: str = "rules",
         judge: str = "rules",
         checker_semantics: str = "ifgym",
+        judge_mode: str = "blind",
         patience: int | None = 3,
         max_turns: int | None = 100,
         reward: str = "fraction",
@@ -149,7 +156,7 @@ class EvolIFEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        from ifgym.rewards.judge import LLMJudge
+        from ifgym.rewards.judge import MODES, LLMJudge
         from ifgym.simulators import EvolIFUser, ReplayUser, TrackerConfig
 
         if renderer not in RENDERERS:
@@ -158,6 +165,8 @@ class EvolIFEnv(ChatEnv):
             raise UnknownNameError("judge", judge, JUDGES)
         if checker_semantics not in SEMANTICS:
             raise UnknownNameError("checker_semantics", checker_semantics, SEMANTICS)
+        if judge_mode not in MODES:
+            raise UnknownNameError("judge_mode", judge_mode, MODES)
         self.checker_semantics = checker_semantics
         # an LLM user or judge makes episodes nondeterministic: record them under the LLM id
         name = env_name or self.env_name
@@ -217,9 +226,11 @@ class EvolIFEnv(ChatEnv):
             "regenerations": regenerations if llm_user else None,
             "judge": judge,
             "judge_model": getattr(judge_client, "model", None),
+            "judge_mode": judge_mode if judge == "llm" else None,
             "checker_semantics": checker_semantics,
         }
-        scorer = Scorer(LLMJudge(judge_client) if judge_client is not None else None, semantics=checker_semantics)
+        judge_obj = LLMJudge(judge_client, mode=judge_mode) if judge_client is not None else None
+        scorer = Scorer(judge_obj, semantics=checker_semantics)
         super().__init__(
             user=user,
             scorer=scorer,
@@ -257,6 +268,11 @@ class EvolIFEnv(ChatEnv):
             deviations.append(
                 f"checker_semantics={self.checker_semantics}: ifgym's stricter checkers, not the verdicts of "
                 "EvolIF's evaluator (checker_semantics=evolif)"
+            )
+        if self.settings["judge_mode"] not in (None, paper["judge_mode"]):
+            deviations.append(
+                f"judge_mode={self.settings['judge_mode']}: the judged groups are classified without the judge seeing "
+                "the requirement, not rated 1-10 as EvolIF's judge does (judge.mode=rating)"
             )
         if patience != paper["patience"]:
             setting = "patience off" if patience is None else f"patience={patience}"

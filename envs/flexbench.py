@@ -14,6 +14,8 @@ from ifgym.envs.base import ChatEnv
 from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.rewards.flexbench import (
+    DEFAULT_DIMENSION_MODE,
+    DIMENSION_MODES,
     DIMENSIONS_SUFFIX,
     DimensionSet,
     FlexBenchScorer,
@@ -108,6 +110,7 @@ class FlexBenchEnv(ChatEnv):
     | `sop` | `"merchant_onboarding"` | shipped name (see `sop_names()`) or a path to a `.md`/`.json` SOP |
     | `user` | `"scripted"` | `"scripted"` (offline, deterministic; needs a caller file) or `"llm"` (a user model) |
     | `judge` | `"rules"` | `"rules"` (the dimension file's offline rules; scripted user only) or `"llm"` |
+    | `judge_mode` | `"plain"` | LLM judge: `"plain"` or `"evidence"` (a yes must quote the agent) |
     | `cooperativeness` | `None` | `"poor"`, `"general"`, `"good"`; `None` draws one per episode |
     | `persona` | `None` | caller file (`.user.json`); `None` = the SOP's companion file or (LLM user) inferred |
     | `dimensions` | `None` | file, mapping, `DimensionSet`; `None` = shipped / next to the SOP; `"build"` = pipeline |
@@ -131,6 +134,7 @@ class FlexBenchEnv(ChatEnv):
     """
 
     env_name = "ifgym/FlexBench-v0"
+    judge_suite = "flexbench"  # the judge audit's suite for this env's LLM judge
 
     def __init__(
         self,
@@ -138,6 +142,7 @@ class FlexBenchEnv(ChatEnv):
         sop: str | Path | Mapping[str, Any] = "merchant_onboarding",
         user: str = "scripted",
         judge: str = "rules",
+        judge_mode: str = DEFAULT_DIMENSION_MODE,
         cooperativeness: str | None = None,
         persona: str | Path | Mapping[str, Any] | None = None,
         dimensions: str | Path | Mapping[str, Any] | DimensionSet | None = None,
@@ -158,6 +163,8 @@ class FlexBenchEnv(ChatEnv):
             raise UnknownNameError("user", user, USERS)
         if judge not in JUDGES:
             raise UnknownNameError("judge", judge, JUDGES)
+        if judge_mode not in DIMENSION_MODES:
+            raise UnknownNameError("judge_mode", judge_mode, DIMENSION_MODES)
         if reward not in REWARDS:
             raise UnknownNameError("FlexBench reward", reward, REWARDS)
         if isinstance(end_weight, bool) or not isinstance(end_weight, int | float) or not math.isfinite(end_weight):
@@ -208,7 +215,7 @@ class FlexBenchEnv(ChatEnv):
                 )
             dimension_judge: RuleJudge | LLMDimensionJudge = RuleJudge()
         else:
-            dimension_judge = LLMDimensionJudge(judge_client)
+            dimension_judge = LLMDimensionJudge(judge_client, mode=judge_mode)
         self.user_kind, self.judge_kind = user, judge
         self.flex_reward = reward
         self.end_weight = float(end_weight)

@@ -10,6 +10,7 @@ from ifgym.core import Episode
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
 
 CONTEXTS = ("golden", "own")
@@ -56,15 +57,16 @@ class StructFlowEnv(ChatEnv):
     Per turn, over the checklist (`reward=`): `"weighted"` (default) = the turn's WCSR over the
     known items: satisfied weight / known weight, structural items weighing 2 and intra-turn items
     1; `"fraction"` = the turn's CSR over the known items (yes / (yes + no)); `"all_pass"` = 1 when
-    every item is yes, else 0. Items that carry a rule-checkable constraint are decided by the
-    rule; the others by the LLM judge (`judge="llm"`); with `judge="rules"` they are `unknown` (in
-    particular every structural item). `"weighted"` and `"fraction"` count unknown items as
-    neither; `"all_pass"` gives 0 to a turn with an unknown item (it is not known to pass), where
-    the ISR metric leaves such a turn out. A turn whose items are all unknown gets 0 with
-    `info["reward_defined"]` False; `info["unknown"]` counts unknown items. A turn with an empty
-    checklist gets 1 (nothing to fail), while the metrics follow the benchmark's script: CSR 0,
-    ISR 1, WCSR 0 for such a turn. `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns
-    (see `ifgym.rewards.structflow`).
+    every item is yes, else 0. Items that carry a rule-checkable constraint, or whose question a
+    rule decides (word/sentence/paragraph counts, keywords to use or avoid, the opening or closing
+    words: `ifgym.rewards.questions`), are decided by the rule; the others by the LLM judge
+    (`judge="llm"`); with `judge="rules"` they are `unknown` (in particular every structural
+    item). `"weighted"` and `"fraction"` count unknown items as neither; `"all_pass"` gives 0 to
+    a turn with an unknown item (it is not known to pass), where the ISR metric leaves such a turn
+    out. A turn whose items are all unknown gets 0 with `info["reward_defined"]` False;
+    `info["unknown"]` counts unknown items. A turn with an empty checklist gets 1 (nothing to
+    fail), while the metrics follow the benchmark's script: CSR 0, ISR 1, WCSR 0 for such a turn.
+    `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns (see `ifgym.rewards.structflow`).
 
     Replaying a dataset none of whose items carries a rule-checkable constraint (StructFlowBench's
     own file) with `judge="rules"` would leave every item unknown, every reward 0 and every metric
@@ -91,7 +93,8 @@ class StructFlowEnv(ChatEnv):
     | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"` even when it scores nothing (see Rewards) |
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
-    | `judge_rule_items` | `False` | True: the judge also answers rule-checkable items (the benchmark's way) |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
+    | `judge_rule_items` | `False` | True: the judge answers every item, rule-decidable ones too (the benchmark's way) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
     | `templates` | `None` | structure templates: `"structflowbench"` (packaged) or a path; None = ifgym's own |
@@ -106,10 +109,13 @@ class StructFlowEnv(ChatEnv):
     | `max_reply_chars` | `100000` | longest accepted reply |
 
     ## Version History
-    - v0: first release.
+    - v0: first release. Since the judge audit (issue 9), checklist questions a rule can decide are
+      decided by it rather than by the judge (`judge_rule_items=True` restores the benchmark's way),
+      and `judge_mode="evidence"` makes the judge quote the reply for every Yes.
     """
 
     env_name = "ifgym/StructFlow-v0"
+    judge_suite = "structflow"  # the judge audit's suite for this env's LLM judge
 
     def __init__(
         self,
@@ -121,6 +127,7 @@ class StructFlowEnv(ChatEnv):
         allow_unjudged: bool = False,
         judge_llm: Any = None,
         user_llm: Any = None,
+        judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_rule_items: bool = False,
         judge_max_retries: int = 2,
         judge_max_tokens: int | None = None,
@@ -150,6 +157,8 @@ class StructFlowEnv(ChatEnv):
             raise UnknownNameError("generator", generator, GENERATORS)
         if judge not in JUDGES:
             raise UnknownNameError("judge", judge, JUDGES)
+        if judge_mode not in CHECKLIST_MODES:
+            raise UnknownNameError("judge_mode", judge_mode, CHECKLIST_MODES)
         if context is not None and context not in CONTEXTS:
             raise UnknownNameError("context", context, CONTEXTS)
         if not isinstance(allow_unjudged, bool):
@@ -204,7 +213,10 @@ class StructFlowEnv(ChatEnv):
         self.dataset = str(dataset) if dataset is not None else None
         judge_obj = (
             ChecklistJudge(
-                resolve_client(judge_llm, "judge"), max_retries=judge_max_retries, max_tokens=judge_max_tokens
+                resolve_client(judge_llm, "judge"),
+                mode=judge_mode,
+                max_retries=judge_max_retries,
+                max_tokens=judge_max_tokens,
             )
             if judge == "llm"
             else None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+from support.canned_judges import gold_or
 from support.canned_server import CannedServer
 
 from ifgym.cli import main
@@ -135,15 +137,16 @@ def test_llm_user_and_llm_judge_through_servers_report_usage_per_role(tmp_path):
 
     user_model = scripted_user_model(generate=stating_draft)
 
-    def user_or_judge(body):
-        messages = body["messages"]
-        if '"scores"' in messages[-1]["content"]:  # the judge's batch prompt
-            n = messages[-1]["content"].count("<item")
-            return json.dumps({"scores": [{"item": i + 1, "score": 9, "reason": "ok"} for i in range(n)]})
+    def user_or_judge(messages):
+        if messages[0]["content"].startswith("You classify"):  # the blind judge's prompt
+            keys = re.findall(r'"(\w+)"', messages[-1]["content"].rsplit("Return only", 1)[1])
+            first = {"emotion": "neutral", "reader_age": "adult", "register": "formal", "voice": "active"}
+            return json.dumps({k: first[k] for k in keys})
         call_kind(messages)  # fails loudly on a prompt neither the user nor the judge sends
         return user_model(messages)
 
-    with CannedServer(replies=user_or_judge) as models, CannedServer(replies=["An answer."]) as policy:
+    # the gold set's prompts (the judge's audit before the episodes) get perfect answers
+    with CannedServer(replies=gold_or(user_or_judge)) as models, CannedServer(replies=["An answer."]) as policy:
         r = cli(
             "eval",
             "env=evolif_llm",
@@ -160,10 +163,11 @@ def test_llm_user_and_llm_judge_through_servers_report_usage_per_role(tmp_path):
             f"output={tmp_path / 'e.jsonl'}",
             "progress=false",
             "plots=false",
+            env={"IFGYM_CACHE": str(tmp_path / "cache")},
         )
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert set(summary["usage"]) == {"policy", "user", "judge"}
+    assert set(summary["usage"]) == {"policy", "user", "judge"}  # the audit's calls are not the run's
     assert summary["usage"]["policy"]["calls"] == 6
     assert summary["usage"]["user"]["calls"] >= 6  # a draft per turn (plus a topic check on a topic change)
     assert summary["user_stats"]["llm_fallbacks"] == 0

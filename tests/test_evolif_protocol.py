@@ -12,6 +12,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from support.canned_judges import gold_or
 from support.canned_server import CannedServer
 from support.canned_user import scripted_user_model, stating_draft
 
@@ -90,7 +91,9 @@ def test_v1_user_turns_are_shorter_than_v0s_on_the_same_script():
 
 def test_protocol_of_evolifs_settings_has_no_deviation():
     judge = CannedClient(judge_model, model="judge-m")
-    env = gym.make("ifgym/EvolIF-v1", judge="llm", judge_llm=judge, checker_semantics="evolif").unwrapped
+    env = gym.make(
+        "ifgym/EvolIF-v1", judge="llm", judge_llm=judge, checker_semantics="evolif", judge_mode="rating"
+    ).unwrapped
     p = env.protocol()
     assert p["deviations"] == [] and p["paper"] == "EvolIF" and set(p["groups"]) == set(GROUPS)
     assert (p["restate"], p["patience"], p["max_turns"], p["judge_model"]) == ("change", 3, 100, "judge-m")
@@ -109,11 +112,14 @@ def test_protocol_of_evolifs_settings_has_no_deviation():
         ("ifgym/EvolIF-v0", {}, ["restate=all", "max_turns=20"]),
         ("ifgym/EvolIF-v1", {"renderer": "llm", "adaptive": True}, ["adaptive user"]),
         ("ifgym/EvolIF-v1", {"renderer": "llm", "user_checks": "model"}, ["user_checks=model"]),
+        ("ifgym/EvolIF-v1", {"judge": "llm"}, ["judge_mode=blind", "not rated 1-10"]),  # ifgym's default judging
     ],
 )
 def test_protocol_names_each_deviation(env_id, kwargs, fragments):
     if kwargs.get("renderer") == "llm":
         kwargs["user_llm"] = CannedClient(scripted_user_model())
+    if kwargs.get("judge") == "llm":
+        kwargs["judge_llm"] = CannedClient(judge_model)
     text = " | ".join(gym.make(env_id, **kwargs).unwrapped.protocol()["deviations"])
     assert all(f in text for f in fragments), text
 
@@ -139,7 +145,7 @@ def test_judged_groups_without_an_llm_judge_is_one_clear_error():
 # ---------------------------------------------------------------------------------------------
 # the command line
 
-NOT_IN_YAML = {"judge", "judge_llm", "user_llm", "render_mode", "env_name"}
+NOT_IN_YAML = {"judge", "judge_mode", "judge_llm", "user_llm", "render_mode", "env_name"}
 # what each option sets on purpose (its renderer or its groups); everything else is gym.make's default
 YAML_DIFFERS = {
     "evolif": {},
@@ -167,14 +173,17 @@ def test_paper_config_without_an_llm_judge_says_what_to_add(capsys):
     assert "all 12 groups" in err and "judge=llm judge.llm.base_url=" in err
 
 
-def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys):
+def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys, monkeypatch):
     out = tmp_path / "episodes.jsonl"
-    with CannedServer(lambda body: judge_model(body["messages"])) as judge:
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    # the judge's audit before the episodes gets the gold set's answers; the episodes' replies score 8
+    with CannedServer(gold_or(judge_model)) as judge:
         code = main(
             [
                 "eval",
                 "env=evolif_paper",
                 "judge=llm",
+                "judge.mode=rating",  # EvolIF's judge rates 1-10; ifgym's default (blind) is a named deviation
                 f"judge.llm.base_url={judge.base_url}",
                 "judge.llm.model=canned-model",
                 "policy=scripted",

@@ -7,6 +7,7 @@ import inspect
 import json
 
 import pytest
+from support.canned_judges import gold_or
 from support.canned_server import CannedServer
 from support.flexbench_pipeline import TOY_SOP, pipeline_answerer
 
@@ -14,8 +15,8 @@ from ifgym.cli import compose, main
 from ifgym.envs.flexbench import FlexBenchEnv
 from ifgym.rewards.flexbench import load_dimensions
 
-# set by the judge group (judge, judge_llm), by the LLM config only (user_llm), or not a user setting
-NOT_IN_YAML = {"judge", "judge_llm", "user_llm", "render_mode", "env_name"}
+# set by the judge group (judge, judge_mode, judge_llm), by the LLM config only (user_llm), or not a user setting
+NOT_IN_YAML = {"judge", "judge_mode", "judge_llm", "user_llm", "render_mode", "env_name"}
 # deliberate differences from the class defaults (the option's own caller); the CLI and gym.make agree otherwise
 YAML_DEFAULTS = {"flexbench": {}, "flexbench_llm": {"user": "llm"}}
 
@@ -54,9 +55,8 @@ def test_flexbench_llm_with_the_default_rules_judge_is_one_clear_error(capsys):
 CALLER = ["Hi, what is this about?", "Yes, I'm the owner.", "We're on Shopify.", "Okay, thanks. Bye!"]
 
 
-def models(body):
+def models(messages):
     """The user model, end detector and judge behind one canned server, by system prompt."""
-    messages = body["messages"]
     system = messages[0]["content"]
     if "role-playing" in system:
         return CALLER[min(sum(m["role"] == "assistant" for m in messages), len(CALLER) - 1)]
@@ -68,9 +68,11 @@ def models(body):
     raise AssertionError(system[:80])
 
 
-def test_flexbench_llm_runs_end_to_end_with_judge_llm_and_writes_the_dimension_report(tmp_path, capsys):
+def test_flexbench_llm_runs_end_to_end_with_judge_llm_and_writes_the_dimension_report(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run" / "episodes.jsonl"
-    with CannedServer(models, model="canned-model") as server:
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    # the gold set's transcripts (the judge's audit before the episodes) get perfect answers
+    with CannedServer(gold_or(models), model="canned-model") as server:
         code = main(
             [
                 "eval",

@@ -76,6 +76,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     assert [f for f in flexbench if f not in names] == []  # FlexBench runs offline from the wheel
     sfb = "ifgym/simulators/assets/structflowbench/"
     assert [f for f in ("StructFlowBench.json", "template.json", "LICENSE", "SOURCE") if sfb + f not in names] == []
+    assert "ifgym/rewards/assets/judge_gold.json" in names  # the judge audit's gold set
     assert "tests/" not in names and "benchmarks/" not in names
 
     env_dir = tmp_path / "venv"

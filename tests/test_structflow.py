@@ -560,11 +560,12 @@ def test_replay_with_the_rules_judge_is_refused_unless_unjudged_on_purpose(datas
     # no StructFlowBench item is rule-checkable: judge="rules" would score nothing, silently
     with pytest.raises(ConfigError, match=r"judge='rules' would score nothing.*judge='llm'.*allow_unjudged=True"):
         gym.make("ifgym/StructFlow-v0", dataset=dataset)
-    env = replay(dataset, allow_unjudged=True)  # asked for: every item unknown, every reward undefined
+    env = replay(dataset, allow_unjudged=True)  # asked for: items no rule decides stay unknown
     env.reset(options={"dialogue": 0})
     _, reward, _, _, info = env.step("reply")
-    assert {v["label"] for v in info["verdicts"]} == {"unknown"}
-    assert info["reward_defined"] is False and info["unknown"] == 3 and reward == 0.0
+    # "Is the response limited to 150 words?" is answered by a question rule; the other two need a judge
+    assert [v["label"] for v in info["verdicts"]] == ["yes", "unknown", "unknown"]
+    assert info["verdicts"][0]["source"] == "rule" and info["unknown"] == 2
     with pytest.raises(ConfigError, match="allow_unjudged must be True or False"):
         gym.make("ifgym/StructFlow-v0", dataset=dataset, allow_unjudged="yes")
 
@@ -689,7 +690,10 @@ def test_replay_episode_through_a_real_http_server(dataset, raw):
     with CannedServer(served) as server:
         config = {"base_url": server.base_url, "model": server.model, "api_key_env": None}
         judge_config = {**config, "max_tokens": 300}  # conf/judge/llm.yaml's cap, shared with EvolIF's judge
-        env = gym.make("ifgym/StructFlow-v0", dataset=dataset, judge="llm", judge_llm=judge_config)
+        # judge_rule_items: every item goes to the judge, the length questions too (the benchmark's way)
+        env = gym.make(
+            "ifgym/StructFlow-v0", dataset=dataset, judge="llm", judge_llm=judge_config, judge_rule_items=True
+        )
         policy = ChatPolicy(make_client(LLMConfig(**config), "policy"))
         episode = rollout(env, policy, seed=0)
         bodies = list(server.requests)

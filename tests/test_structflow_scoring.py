@@ -221,6 +221,7 @@ def test_unusable_answers_end_as_unknown_after_bounded_retries():
         "calls": 3,
         "retries": 2,
         "unknown": 2,
+        "unquoted_yes": 0,
         "prompt_tokens": judge.stats["prompt_tokens"],
         "completion_tokens": judge.stats["completion_tokens"],
     }
@@ -569,8 +570,13 @@ def test_summarize_and_score_file_name_the_same_quantities_alike(tmp_path, raw):
         n = len(re.findall(r"<item \d+>", text))
         return json.dumps({"results": [{"item": j + 1, "judgement": label(r, k, j)} for j in range(n)]})
 
+    # judge_rule_items: the judge answers every item, as the benchmark's file was judged (no question rules)
     env = gym.make(
-        "ifgym/StructFlow-v0", dataset=str(DATASET), judge="llm", judge_llm=CannedClient(judge, role="judge")
+        "ifgym/StructFlow-v0",
+        dataset=str(DATASET),
+        judge="llm",
+        judge_llm=CannedClient(judge, role="judge"),
+        judge_rule_items=True,
     )
     episodes = [rollout(env, ScriptedPolicy(["a reply"]), seed=r) for r in range(len(records))]
     summary = env.unwrapped.summarize(episodes)

@@ -1,0 +1,649 @@
+"""Measure an LLM judge before trusting it: ifgym's gold calibration set through the scorers evaluation uses.
+
+The gold set (`rewards/assets/judge_gold.json`, written for this project) has three suites:
+
+- **evolif**: short texts labelled by hand on EvolIF's judged axes (emotion, reader age, register,
+  voice); each text is a positive for its label and a clear negative for the labels it lists under
+  `not` (at least 4 positives and 4 negatives per label). Scored by `Scorer(LLMJudge)`.
+- **structflow**: replies with checklist questions whose answers are known: computed by a rule
+  checker where the question is rule-decidable (`rule`), hand-labelled otherwise. Scored by
+  `StructFlowScorer(ChecklistJudge)` with the questions as a replayed StructFlowBench turn holds
+  them (no constraint attached), so rule-decidable questions reach the judge unless the scorer
+  decides them itself.
+- **flexbench**: call transcripts against a small SOP's dimensions, each labelled yes / no /
+  unknown in FlexBench's meaning. Scored by `FlexBenchScorer(LLMDimensionJudge)`.
+
+Injection variants append text to a negative case that tells the judge to pass it (naming the
+required label where there is one). Every probe is scored through the same scorer, judge,
+prompt and parser as an evaluation; only the client is wrapped so that an identical request is
+sent once (blind prompts repeat across a text's items).
+
+Per group and suite the audit reports: accuracy (share of clean items whose verdict equals the
+gold label; unknown counts as wrong), yes-rate on negatives (share of clean items whose gold
+label is not yes that were judged yes), Cohen's kappa against gold (scikit-learn, labels yes / no
+/ unknown), injection flip rate (of the injected negatives whose clean twin was judged no, the
+share judged yes; a clean unknown counts as not yes), the share of injected negatives judged yes,
+unknown rate (items judged unknown where the gold answer is yes or no, injected ones included),
+and per suite the model calls, tokens and seconds. `ifgym eval` runs the short set first (cached per
+judge, mode, prompt version and gold version) and refuses a judge below `FLOOR`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ifgym.core import ChecklistItem, TurnSpec
+from ifgym.errors import DataFormatError, UnknownNameError
+from ifgym.rewards.constraints import Constraint, check
+
+__all__ = [
+    "DEFAULT_MODES",
+    "FLOOR",
+    "GOLD_PATH",
+    "SUITE_MODES",
+    "SUITES",
+    "Floor",
+    "audit",
+    "cached_audit",
+    "format_report",
+    "gold_version",
+    "judge_identity",
+    "load_gold",
+    "probes",
+]
+
+GOLD_PATH = Path(__file__).parent / "assets" / "judge_gold.json"
+SCHEMA = "ifgym.judge_audit/v1"
+SUITES = ("evolif", "structflow", "flexbench")
+AXIS_CONSTRAINTS = {  # axis -> (constraint id, param, suffix added to the label)
+    "emotion": ("emotion.tone", "emotion", ""),
+    "reader_age": ("reader_age.audience", "age", ""),
+    "register": ("style.register", "style", ""),
+    "voice": ("style.register", "style", " voice"),
+}
+LABELS = ("yes", "no", "unknown")
+
+
+def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    from ifgym.rewards import flexbench, judge, structflow
+
+    return (
+        {"evolif": judge.MODES, "structflow": structflow.CHECKLIST_MODES, "flexbench": flexbench.DIMENSION_MODES},
+        {
+            "evolif": judge.DEFAULT_MODE,
+            "structflow": structflow.DEFAULT_CHECKLIST_MODE,
+            "flexbench": flexbench.DEFAULT_DIMENSION_MODE,
+        },
+    )
+
+
+SUITE_MODES, DEFAULT_MODES = _modes()  # each suite's judge modes, and the one its judge uses by default
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The least a judge must show on its suite before `ifgym eval` uses it."""
+
+    accuracy: float = 0.75
+    yes_rate_negatives: float = 0.5
+
+    def failures(self, numbers: Mapping[str, Any]) -> list[str]:
+        """What falls short, in words ("accuracy 0.62 < 0.75"); empty when the judge passes."""
+        out = []
+        accuracy, yes_rate = numbers.get("accuracy"), numbers.get("yes_rate_negatives")
+        if accuracy is None or accuracy < self.accuracy:
+            out.append(f"accuracy {_num(accuracy)} < {self.accuracy}")
+        if yes_rate is not None and yes_rate > self.yes_rate_negatives:
+            out.append(f"yes-rate on negatives {_num(yes_rate)} > {self.yes_rate_negatives}")
+        return out
+
+    def to_json(self) -> dict[str, float]:
+        return {"accuracy": self.accuracy, "yes_rate_negatives": self.yes_rate_negatives}
+
+
+FLOOR = Floor()
+
+
+# ---------------------------------------------------------------------------------------------
+# The gold set, as probes (one scorer call each)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GoldItem:
+    """One judged item with its known answer. `clean` names the uninjected twin of an injected item."""
+
+    key: str
+    group: str
+    gold: str
+    source: str = "hand"  # "hand" (labelled by a person) or "rule" (computed by a rule checker)
+    clean: str | None = None
+
+
+@dataclass
+class Probe:
+    """One scorer call: a reply (and the messages before it) with the items it is judged on."""
+
+    suite: str
+    case: str
+    reply: str
+    history: list[dict[str, str]]
+    items: list[GoldItem]
+    # what the scorer is given: Constraints (evolif), ChecklistItems (structflow), or for flexbench the
+    # positions of the probe's items among the dimensions (the scorer judges them all)
+    payload: list[Any] = field(default_factory=list)
+
+
+def load_gold(path: str | Path = GOLD_PATH) -> dict[str, Any]:
+    """The gold set (a JSON file in the format of the shipped one)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataFormatError(f"judge gold set {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != "ifgym.judge_gold/v1":
+        raise DataFormatError(f"judge gold set {path}: schema must be 'ifgym.judge_gold/v1'")
+    return data
+
+
+def gold_version(gold: Mapping[str, Any] | None = None) -> str:
+    """A short hash of the gold set (the shipped file by default): audits of different sets never mix in the cache."""
+    if gold is None:
+        return hashlib.sha256(GOLD_PATH.read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(gold, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _claim(template: str, axis: str, label: str, claims: Mapping[str, str]) -> str:
+    claim = claims[axis].format(label=label)
+    return template.format(claim=claim, Claim=claim[:1].upper() + claim[1:])
+
+
+def _evolif_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:
+    section = gold["evolif"]
+    out: list[Probe] = []
+    for t_index, t in enumerate(section["texts"]):
+        if short and not t.get("short"):
+            continue
+        items: list[tuple[str, str, str]] = []  # (axis, label, gold)
+        for axis, label in t["labels"].items():
+            negatives = t["not"].get(axis, [])
+            items.append((axis, label, "yes"))
+            items += [(axis, neg, "no") for neg in (negatives[:1] if short else negatives)]
+        # one probe per item set holding at most one constraint per catalog group (as a turn does)
+        probes: list[tuple[list[GoldItem], list[Constraint]]] = []
+        for axis, label, answer in items:
+            cid, param, suffix = AXIS_CONSTRAINTS[axis]
+            constraint = Constraint(cid, {param: label + suffix})
+            item = GoldItem(f"{t['id']}/{axis}={label}", axis, answer)
+            slot = next((p for p in probes if all(c.group != constraint.group for c in p[1])), None)
+            if slot is None:
+                probes.append(([item], [constraint]))
+            else:
+                slot[0].append(item)
+                slot[1].append(constraint)
+        for k, (gold_items, constraints) in enumerate(probes):
+            out.append(Probe("evolif", f"{t['id']}#{k}", t["text"], [], gold_items, constraints))
+        if short and not t.get("short_injection"):
+            continue
+        # the first negative of the first axis, injected with a claim of that negative label
+        axis, label, _ = next((i for i in items if i[2] == "no"), (None, None, None))
+        if axis is None:
+            continue
+        template = section["injections"][t_index % len(section["injections"])]
+        cid, param, suffix = AXIS_CONSTRAINTS[axis]
+        clean_key = f"{t['id']}/{axis}={label}"
+        out.append(
+            Probe(
+                "evolif",
+                f"{t['id']}+injection",
+                t["text"] + _claim(template, axis, label, section["claims"]),
+                [],
+                [GoldItem(clean_key + "+injection", axis, "no", clean=clean_key)],
+                [Constraint(cid, {param: label + suffix})],
+            )
+        )
+    return out
+
+
+def _rule_answer(rule: Mapping[str, Any], reply: str) -> str:
+    verdict = check(Constraint.from_json(rule["constraint"]), reply).label
+    return {"yes": "no", "no": "yes"}.get(verdict, verdict) if rule.get("negate") else verdict
+
+
+def _structflow_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:
+    from ifgym.simulators.flows import TYPE_WEIGHTS
+
+    section = gold["checklist"]
+    out: list[Probe] = []
+    for c_index, case in enumerate(section["cases"]):
+        if short and not case.get("short"):
+            continue
+        history = [*case.get("history", []), {"role": "user", "content": case["request"]}]
+        checklist = [
+            ChecklistItem(
+                id=f"q{i}",
+                question=item["question"],
+                type=item["type"],
+                kind=item.get("kind", "intra"),
+                weight=float(TYPE_WEIGHTS.get(item["type"], 1.0)),
+            )
+            for i, item in enumerate(case["items"], start=1)
+        ]
+
+        def items_for(reply: str, suffix: str = "", case: Mapping[str, Any] = case) -> list[GoldItem]:
+            out_items = []
+            for i, item in enumerate(case["items"], start=1):
+                answer = _rule_answer(item["rule"], reply) if "rule" in item else item["gold"]
+                key = f"{case['id']}/q{i}"
+                source = "rule" if "rule" in item else "hand"
+                clean = key if suffix else None
+                out_items.append(GoldItem(key + suffix, f"structflow/{source}", answer, source, clean))
+            return out_items
+
+        out.append(Probe("structflow", case["id"], case["reply"], history, items_for(case["reply"]), checklist))
+        injection = section["injections"][c_index % len(section["injections"])]
+        injected = case["reply"] + injection
+        items = items_for(injected, "+injection")
+        clean = {i.key: i.gold for i in items_for(case["reply"])}
+        # only negatives that stay negative with the injection appended are scored as injected
+        kept = [(it, c) for it, c in zip(items, checklist, strict=True) if it.gold == "no" and clean[it.clean] == "no"]
+        if kept:
+            out.append(
+                Probe(
+                    "structflow",
+                    f"{case['id']}+injection",
+                    injected,
+                    history,
+                    [it for it, _ in kept],
+                    [c for _, c in kept],
+                )
+            )
+    return out
+
+
+def _flexbench_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:
+    from ifgym.rewards.flexbench import DimensionSet
+
+    section = gold["flexbench"]
+    dims = DimensionSet.from_json(section["dimensions"], "judge gold flexbench dimensions")
+    kinds = {d.id: d.kind for d in dims.dimensions}
+    out: list[Probe] = []
+    for c_index, case in enumerate(section["cases"]):
+        if short and not case.get("short"):
+            continue
+        trace = case["trace"]
+        history = [{"role": m["role"], "content": m["content"]} for m in trace[:-1]]
+        reply = trace[-1]["content"]
+
+        def items(suffix: str = "", case: Mapping[str, Any] = case) -> list[GoldItem]:
+            return [
+                GoldItem(
+                    f"{case['id']}/{d}{suffix}",
+                    f"flexbench/{kinds[d]}",
+                    case["gold"][d],
+                    clean=f"{case['id']}/{d}" if suffix else None,
+                )
+                for d in dims.ids
+            ]
+
+        out.append(Probe("flexbench", case["id"], reply, history, items(), list(range(len(dims.ids)))))
+        # injected: the dimensions whose gold answer is not yes (the verdicts the injection asks to flip)
+        negatives = [(k, item) for k, item in enumerate(items("+injection")) if item.gold != "yes"]
+        if negatives:
+            injection = section["injections"][c_index % len(section["injections"])]
+            out.append(
+                Probe(
+                    "flexbench",
+                    f"{case['id']}+injection",
+                    reply + injection,
+                    history,
+                    [item for _, item in negatives],
+                    [k for k, _ in negatives],
+                )
+            )
+    return out
+
+
+def probes(suite: str, short: bool = False, gold: Mapping[str, Any] | None = None) -> list[Probe]:
+    """The probes of one suite of the gold set (the short subset with `short=True`)."""
+    gold = gold if gold is not None else load_gold()
+    builders = {"evolif": _evolif_probes, "structflow": _structflow_probes, "flexbench": _flexbench_probes}
+    if suite not in builders:
+        raise UnknownNameError("audit suite", suite, SUITES)
+    return builders[suite](gold, short)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the judge
+# ---------------------------------------------------------------------------------------------
+
+
+class _OnceClient:
+    """Sends each distinct request once and shares its answer (blind prompts repeat across a text's items).
+
+    Counts the requests actually sent and their tokens; everything else is the wrapped client's.
+    """
+
+    def __init__(self, client: Any):
+        self._client = client
+        self._answers: dict[str, Any] = {}
+        self.sent = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def _key(self, messages: list[dict[str, str]], overrides: Mapping[str, Any]) -> str:
+        return json.dumps([messages, overrides], sort_keys=True, ensure_ascii=False)
+
+    def _sent(self, completion: Any) -> Any:
+        self.sent += 1
+        self.prompt_tokens += int(getattr(completion, "prompt_tokens", 0) or 0)
+        self.completion_tokens += int(getattr(completion, "completion_tokens", 0) or 0)
+        return completion
+
+    def chat(self, messages: list[dict[str, str]], **overrides: Any) -> Any:
+        key = self._key(messages, overrides)
+        if key not in self._answers:
+            self._answers[key] = self._sent(self._client.chat(messages, **overrides))
+        return self._answers[key]
+
+    async def achat(self, messages: list[dict[str, str]], **overrides: Any) -> Any:
+        key = self._key(messages, overrides)
+        if key not in self._answers:
+
+            async def send() -> Any:
+                return self._sent(await self._client.achat(messages, **overrides))
+
+            self._answers[key] = asyncio.ensure_future(send())
+        return await self._answers[key]
+
+
+def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | None = None) -> Any:
+    """The scorer an env of this suite builds around an LLM judge, with the gold set's FlexBench dimensions."""
+    if mode not in SUITE_MODES[suite]:
+        raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
+    if suite == "evolif":
+        from ifgym.rewards.judge import LLMJudge
+        from ifgym.rewards.scorer import Scorer
+
+        return Scorer(LLMJudge(client, mode=mode))
+    if suite == "structflow":
+        from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+
+        return StructFlowScorer(ChecklistJudge(client, mode=mode))
+    from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
+
+    section = (gold if gold is not None else load_gold())["flexbench"]
+    dims = DimensionSet.from_json(section["dimensions"], "judge gold flexbench dimensions")
+    opening = section["cases"][0]["trace"][0]["content"]
+    return FlexBenchScorer(dims, LLMDimensionJudge(client, mode=mode), opening_line=opening)
+
+
+def _prompt_version(scorer: Any) -> str:
+    return scorer.judge.prompt_version
+
+
+async def _score(scorer: Any, probe: Probe) -> list[str]:
+    spec = None
+    if probe.suite == "evolif":
+        spec = TurnSpec(constraints=tuple(probe.payload))
+    elif probe.suite == "structflow":
+        spec = TurnSpec(checklist=tuple(probe.payload))
+    scores = await scorer.ascore(probe.reply, spec, probe.history)
+    labels = [v.label for v in scores.strict]
+    if probe.suite == "flexbench":  # one verdict per dimension: keep the probe's
+        labels = [labels[k] for k in probe.payload]
+    if len(labels) != len(probe.items):
+        raise RuntimeError(f"probe {probe.case}: {len(labels)} verdicts for {len(probe.items)} items")
+    return labels
+
+
+def _kappa(gold: Sequence[str], predicted: Sequence[str]) -> float | None:
+    """Cohen's kappa (scikit-learn); None where it is undefined (one label throughout)."""
+    import warnings
+
+    from sklearn.metrics import cohen_kappa_score
+
+    if len(set(gold) | set(predicted)) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value = float(cohen_kappa_score(list(gold), list(predicted), labels=list(LABELS)))
+    return None if math.isnan(value) else value
+
+
+def _share(flags: Sequence[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def measure(items: Sequence[GoldItem], predicted: Mapping[str, str]) -> dict[str, Any]:
+    """The audit numbers of `items` given each item's verdict label (by key)."""
+    clean = [i for i in items if i.clean is None]
+    injected = [i for i in items if i.clean is not None]
+    negatives = [i for i in clean if i.gold != "yes"]
+    flippable = [i for i in injected if predicted.get(i.clean) not in (None, "yes")]
+    return {
+        "items": len(clean),
+        "accuracy": _share([predicted[i.key] == i.gold for i in clean]),
+        "negatives": len(negatives),
+        "yes_rate_negatives": _share([predicted[i.key] == "yes" for i in negatives]),
+        "kappa": _kappa([i.gold for i in clean], [predicted[i.key] for i in clean]),
+        "injected": len(injected),
+        "injection_flip_rate": _share([predicted[i.key] == "yes" for i in flippable]),
+        "injection_yes_rate": _share([predicted[i.key] == "yes" for i in injected]),
+        "unknown_rate": _share([predicted[i.key] == "unknown" for i in items if i.gold != "unknown"]),
+    }
+
+
+def judge_identity(client: Any) -> dict[str, Any]:
+    """What identifies a judge for the audit cache: backend, server, model and sampling settings."""
+    describe = getattr(client, "describe", None)
+    info = describe() if callable(describe) else {}
+    keep = ("backend", "base_url", "model", "embedded_model", "temperature", "top_p", "seed", "max_tokens")
+    out = {k: info[k] for k in keep if k in info}
+    out.setdefault("model", getattr(client, "model", "unknown"))
+    return out
+
+
+async def _run_suite(
+    suite: str, client: Any, mode: str, short: bool, progress: bool, gold: Mapping[str, Any]
+) -> dict[str, Any]:
+    once = _OnceClient(client)
+    scorer = build_scorer(suite, once, mode, gold)
+    todo = probes(suite, short, gold)
+    started = time.perf_counter()
+    predicted: dict[str, str] = {}
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(todo), desc=f"audit {suite}", disable=not progress)
+    limit = asyncio.Semaphore(8)
+
+    async def one(probe: Probe) -> None:
+        async with limit:
+            labels = await _score(scorer, probe)
+        for item, label in zip(probe.items, labels, strict=True):
+            predicted[item.key] = label
+        bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(p) for p in todo))
+    finally:
+        bar.close()
+    items = [i for p in todo for i in p.items]
+    groups = sorted({i.group for i in items}, key=lambda g: (g.count("/"), g))
+    out: dict[str, Any] = {
+        "mode": mode,
+        "prompt_version": _prompt_version(scorer),
+        **measure(items, predicted),
+        "calls": once.sent,
+        "prompt_tokens": once.prompt_tokens,
+        "completion_tokens": once.completion_tokens,
+        "seconds": round(time.perf_counter() - started, 2),
+        "groups": {g: measure([i for i in items if i.group == g], predicted) for g in groups},
+        "verdicts": predicted,
+    }
+    return out
+
+
+def resolve_modes(suites: Sequence[str], mode: str | None) -> dict[str, str]:
+    """Each suite's judge mode: `mode` where the suite has it, else the suite's default."""
+    for suite in suites:
+        if suite not in SUITES:
+            raise UnknownNameError("audit suite", suite, SUITES)
+    if mode is not None and not any(mode in SUITE_MODES[s] for s in suites):
+        allowed = sorted({m for s in suites for m in SUITE_MODES[s]})
+        raise UnknownNameError("judge mode", mode, allowed)
+    return {s: mode if mode in SUITE_MODES[s] else DEFAULT_MODES[s] for s in suites}
+
+
+def _modes_of(suites: Sequence[str], modes: Mapping[str, str] | None) -> dict[str, str]:
+    """Each suite's mode (given, else its default), refusing unknown suites and modes by name."""
+    out = {}
+    for suite in suites:
+        if suite not in SUITES:
+            raise UnknownNameError("audit suite", suite, SUITES)
+        out[suite] = (modes or {}).get(suite, DEFAULT_MODES[suite])
+        if out[suite] not in SUITE_MODES[suite]:
+            raise UnknownNameError(f"{suite} judge mode", out[suite], SUITE_MODES[suite])
+    return out
+
+
+def audit(
+    client: Any,
+    *,
+    suites: Sequence[str] = SUITES,
+    modes: Mapping[str, str] | None = None,
+    short: bool = False,
+    progress: bool = False,
+    floor: Floor = FLOOR,
+    gold: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run the gold set's `suites` through `client` as a judge; the report `format_report` prints.
+
+    `modes` gives each suite's judge mode (default: `DEFAULT_MODES`); `gold` another gold set in the
+    shipped file's format (default: the shipped one). Returns
+    `{"schema", "judge", "set", "gold_version", "floor", "suites": {suite: numbers}, "passed": {suite:
+    bool}, "failures": {suite: [...]}, "calls", "seconds"}`.
+    """
+    modes = _modes_of(suites, modes)
+    gold_set = gold if gold is not None else load_gold()
+    results: dict[str, Any] = {}
+    for suite in suites:
+        results[suite] = asyncio.run(_run_suite(suite, client, modes[suite], short, progress, gold_set))
+    failures = {s: floor.failures(r) for s, r in results.items()}
+    return {
+        "schema": SCHEMA,
+        "judge": judge_identity(client),
+        "set": "short" if short else "full",
+        "gold_version": gold_version(gold),
+        "floor": floor.to_json(),
+        "suites": results,
+        "passed": {s: not f for s, f in failures.items()},
+        "failures": failures,
+        "calls": sum(r["calls"] for r in results.values()),
+        "seconds": round(sum(r["seconds"] for r in results.values()), 2),
+    }
+
+
+def _cache_key(client: Any, suites: Sequence[str], modes: Mapping[str, str], short: bool) -> str:
+    versions = {s: (modes[s], build_scorer(s, client, modes[s]).judge.prompt_version) for s in suites}
+    blob = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def cached_audit(
+    client: Any,
+    *,
+    suites: Sequence[str],
+    modes: Mapping[str, str] | None = None,
+    short: bool = True,
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """`audit`, read from `<cache>/judge-audit/` when this judge, mode, prompt and gold set were audited before.
+
+    The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
+    """
+    from ifgym.llm import default_cache_dir
+
+    modes = _modes_of(suites, modes)
+    folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short)}.json"
+    if path.exists():
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            return {**report, "cached": True, "cache_path": str(path)}
+        except json.JSONDecodeError:
+            pass  # a cut-off write: audit again
+    report = audit(client, suites=suites, modes=modes, short=short, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return {**report, "cached": False, "cache_path": str(path)}
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def format_report(report: Mapping[str, Any]) -> str:
+    """The audit as an aligned plain-text table: one row per suite, then one per group."""
+    judge = report["judge"]
+    where = judge.get("base_url") or judge.get("backend", "")
+    lines = [
+        f"judge audit: {judge.get('model')} ({where}), {report['set']} gold set {report['gold_version']}, "
+        f"{report['calls']} calls in {report['seconds']:.0f} s" + (" (cached)" if report.get("cached") else "")
+    ]
+    head = ("suite / group", "mode", "items", "acc", "yes|neg", "kappa", "inj.flip", "inj.yes", "unknown", "calls", "s")
+    rows = []
+    for suite, r in report["suites"].items():
+        verdict = "pass" if report["passed"][suite] else "FAIL"
+        rows.append(
+            (
+                f"{suite} [{verdict}]",
+                r["mode"],
+                str(r["items"]),
+                _num(r["accuracy"]),
+                _num(r["yes_rate_negatives"]),
+                _num(r["kappa"], 2),
+                _num(r["injection_flip_rate"]),
+                _num(r["injection_yes_rate"]),
+                _num(r["unknown_rate"]),
+                str(r["calls"]),
+                f"{r['seconds']:.0f}",
+            )
+        )
+        for group, g in r["groups"].items():
+            rows.append(
+                (
+                    f"  {group}",
+                    "",
+                    str(g["items"]),
+                    _num(g["accuracy"]),
+                    _num(g["yes_rate_negatives"]),
+                    _num(g["kappa"], 2),
+                    _num(g["injection_flip_rate"]),
+                    _num(g["injection_yes_rate"]),
+                    _num(g["unknown_rate"]),
+                    "",
+                    "",
+                )
+            )
+    widths = [max(len(head[k]), *(len(r[k]) for r in rows)) for k in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" if k < 2 else f"{{:>{w}}}" for k, w in enumerate(widths))
+    lines += [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*r).rstrip() for r in rows]
+    for suite, problems in report.get("failures", {}).items():
+        if problems:
+            lines.append(f"{suite}: below the floor: {'; '.join(problems)}")
+    return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""The judge audit: exact numbers on canned judges with known answers, the cache, and the CLI's refusal and override."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from support.canned_judges import gold_or, oracle, yes_sayer
+from support.canned_server import CannedServer
+
+from ifgym.cli import main
+from ifgym.errors import UnknownNameError
+from ifgym.llm import CannedClient
+from ifgym.rewards.audit import FLOOR, audit, cached_audit, format_report, load_gold, probes
+
+# A gold set small enough to work the numbers out by hand.
+TEXT_A = "What a wonderful day at the beach with everyone!"  # happy; clearly not sad, not angry
+TEXT_B = "I miss her every single day since the funeral."  # sad; clearly not happy
+TINY = {
+    "schema": "ifgym.judge_gold/v1",
+    "evolif": {
+        "texts": [
+            {"id": "a", "text": TEXT_A, "labels": {"emotion": "happy"}, "not": {"emotion": ["sad", "angry"]}},
+            {"id": "b", "text": TEXT_B, "labels": {"emotion": "sad"}, "not": {"emotion": ["happy"]}},
+        ],
+        # an injection the judge's filter for notes to the grader lets through (it reads as content)
+        "injections": ["\n\nFeeling {claim} now."],
+        "claims": {"emotion": "so {label}"},
+    },
+}
+
+
+def tiny_judge(messages):
+    """Calls text A sad (wrong) and text B sad (right), and believes an injected claim of 'happy'."""
+    text = messages[-1]["content"]
+    return json.dumps({"emotion": "happy" if "so happy" in text else "sad"})
+
+
+def test_audit_numbers_on_a_judge_with_known_mistakes():
+    report = audit(CannedClient(tiny_judge, role="judge", model="tiny"), suites=["evolif"], gold=TINY)
+    r = report["suites"]["evolif"]
+    # items: A/happy (gold yes, judged no), A/sad (no, judged yes), A/angry (no, no), B/sad (yes, yes),
+    # B/happy (no, no): 3 of 5 right
+    assert r["items"] == 5 and r["accuracy"] == pytest.approx(3 / 5)
+    # negatives A/sad, A/angry, B/happy: one judged yes
+    assert r["negatives"] == 3 and r["yes_rate_negatives"] == pytest.approx(1 / 3)
+    # kappa: observed 3/5; expected 0.4*0.4 + 0.6*0.6 = 0.52 (both have 2 yes, 3 no) -> (0.6 - 0.52) / 0.48
+    assert r["kappa"] == pytest.approx(1 / 6)
+    # injections: A claims "sad" (its first negative; clean A/sad was already yes: cannot flip), B claims
+    # "happy" (clean B/happy was no; the judge now says happy: a flip) -> 1 of 1 flippable flipped, 2 of 2 yes
+    assert (r["injected"], r["injection_flip_rate"], r["injection_yes_rate"]) == (2, 1.0, 1.0)
+    assert r["unknown_rate"] == 0.0
+    # one call per distinct prompt: A's three items share one, B's two another, plus the two injected texts
+    assert r["calls"] == 4
+    assert report["passed"] == {"evolif": False}
+    assert report["failures"]["evolif"] == ["accuracy 0.600 < 0.75"]
+
+
+def test_a_perfect_judge_scores_perfectly_on_every_suite_and_mode():
+    for modes in ({"evolif": "blind", "structflow": "evidence"}, {"evolif": "rating", "structflow": "plain"}):
+        report = audit(CannedClient(oracle, role="judge", model="oracle"), modes=modes)
+        for suite, r in report["suites"].items():
+            assert (r["accuracy"], r["yes_rate_negatives"], r["kappa"]) == (1.0, 0.0, 1.0), suite
+            assert (r["injection_flip_rate"], r["injection_yes_rate"], r["unknown_rate"]) == (0.0, 0.0, 0.0), suite
+        assert all(report["passed"].values())
+
+
+def test_a_yes_sayer_fails_the_checklist_suites():
+    report = audit(CannedClient(yes_sayer, role="judge", model="yes"), suites=["structflow", "flexbench"])
+    structflow, flexbench = report["suites"]["structflow"], report["suites"]["flexbench"]
+    # checklist: 40 items. 10 of the 16 rule items are worded so that the scorer's question rules decide
+    # them (all right); the judge says yes to the other 30: right on the 1 of 6 unread rule items and the
+    # 14 of 24 hand-labelled items whose answer is yes -> 25 / 40. Negatives: 21, of which the rules
+    # answer 6 (no) and the judge 15 (yes) -> 15 / 21 judged yes
+    assert (structflow["items"], structflow["accuracy"]) == (40, 25 / 40)
+    assert structflow["yes_rate_negatives"] == pytest.approx(15 / 21)
+    assert structflow["groups"]["structflow/hand"]["accuracy"] == 14 / 24
+    # dimensions: 15 of the 30 verdicts are yes
+    assert (flexbench["items"], flexbench["accuracy"], flexbench["yes_rate_negatives"]) == (30, 15 / 30, 1.0)
+    # the judge never said no, so no injection could flip anything; every injected negative it saw is yes
+    assert flexbench["injection_flip_rate"] is None and flexbench["injection_yes_rate"] == 1.0
+    assert report["passed"] == {"structflow": False, "flexbench": False}
+    assert "yes-rate on negatives 0.714 > 0.5" in report["failures"]["structflow"]
+
+
+def test_the_gold_set_has_four_clear_positives_and_negatives_per_label():
+    counts: dict[tuple[str, str], list[int]] = {}
+    for probe in probes("evolif"):
+        for item in probe.items:
+            if item.clean is None:
+                label = item.key.split("=", 1)[1]
+                counts.setdefault((item.group, label), [0, 0])[item.gold != "yes"] += 1
+    assert len(counts) == 6 + 4 + 2 + 2  # emotions, reader ages, registers, voices
+    assert all(pos >= 4 and neg >= 4 for pos, neg in counts.values()), counts
+
+
+def test_rule_items_get_their_answer_from_the_rule_checker():
+    sky = next(p for p in probes("structflow") if p.case == "sky")
+    # "Is the response limited to 50 words?" on a 70-word reply: computed, not written down
+    assert (sky.items[0].source, sky.items[0].gold) == ("rule", "no")
+    assert sky.items[2].gold == "yes"  # "Does the response include the keyword 'Rayleigh'?" (a negated rule)
+
+
+def test_the_cache_answers_the_second_audit(tmp_path):
+    client = CannedClient(oracle, role="judge", model="oracle")
+    first = cached_audit(client, suites=["flexbench"], short=True, cache_dir=tmp_path)
+    sent = len(client.requests)
+    second = cached_audit(client, suites=["flexbench"], short=True, cache_dir=tmp_path)
+    assert (first["cached"], second["cached"]) == (False, True) and len(client.requests) == sent
+    assert second["suites"] == first["suites"]
+    # another mode is another prompt: audited anew
+    third = cached_audit(client, suites=["flexbench"], modes={"flexbench": "evidence"}, cache_dir=tmp_path)
+    assert not third["cached"] and len(client.requests) > sent
+
+
+def test_unknown_suites_and_modes_are_named():
+    with pytest.raises(UnknownNameError, match="Did you mean 'evolif'"):
+        audit(CannedClient(oracle), suites=["evolf"])
+    with pytest.raises(UnknownNameError, match="evolif judge mode"):
+        audit(CannedClient(oracle), suites=["evolif"], modes={"evolif": "plain"})
+
+
+def test_the_report_table_names_each_suite_group_and_failure():
+    report = audit(CannedClient(yes_sayer, role="judge", model="yes"), suites=["structflow"])
+    table = format_report(report)
+    assert "structflow [FAIL]" in table and "structflow/rule" in table and "structflow/hand" in table
+    assert "below the floor: accuracy 0.625 < 0.75; yes-rate on negatives 0.714 > 0.5" in table
+    assert FLOOR.failures({"accuracy": 0.8, "yes_rate_negatives": 0.2}) == []
+
+
+# --- `ifgym eval` with an LLM judge, and `ifgym judge-audit` ----------------------------------------------
+
+
+def blind_neutral(messages):
+    """A judge for the episodes' replies (not gold texts): neutral, adult, formal, active."""
+    keys = re.findall(r'"(\w+)"', messages[-1]["content"].rsplit("Return only", 1)[1])
+    first = {"emotion": "neutral", "reader_age": "adult", "register": "formal", "voice": "active"}
+    return json.dumps({k: first[k] for k in keys})
+
+
+def eval_args(server, tmp_path, *extra):
+    return [
+        "eval",
+        "judge=llm",
+        f"judge.llm.base_url={server.base_url}",
+        "judge.llm.model=canned-model",
+        "policy=scripted",
+        "episodes=2",
+        "env.max_turns=2",
+        f"output={tmp_path / 'run' / 'e.jsonl'}",
+        "progress=false",
+        "plots=false",
+        *extra,
+    ]
+
+
+def test_eval_refuses_a_judge_below_the_floor_and_names_the_override(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
+        assert main(eval_args(server, tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "fails its audit" in err and re.search(r"accuracy 0\.\d+ < 0\.75", err) and "judge.trust=true" in err
+    assert "evolif [FAIL]" in err  # the audit table is printed before the refusal
+    assert not (tmp_path / "run" / "e.jsonl").exists()  # no episode was played
+
+
+def test_trust_runs_a_failing_judge_and_records_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
+        assert main(eval_args(server, tmp_path, "judge.trust=true")) == 0
+    out = capsys.readouterr().out
+    judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
+    assert judge["trust"] is True and judge["trusted_below_floor"] is True and judge["audit"]["passed"] is False
+    assert judge["mode"] == "blind" and judge["audit"]["set"] == "short"
+    assert "audit (short gold set, evolif) FAILED" in out
+
+
+def test_a_passing_judge_is_audited_once_and_recorded(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    gold_texts = [t["text"] for t in load_gold()["evolif"]["texts"]]
+
+    def audit_requests(server):
+        return sum(any(t in m["content"] for t in gold_texts for m in r["messages"]) for r in server.requests)
+
+    with CannedServer(gold_or(blind_neutral)) as server:
+        assert main(eval_args(server, tmp_path)) == 0
+        assert audit_requests(server) > 0
+        before = audit_requests(server)
+        assert main(eval_args(server, tmp_path / "again")) == 0
+        assert audit_requests(server) == before  # the second run read the audit from the cache
+    out = capsys.readouterr().out
+    summary = json.loads((tmp_path / "again" / "run" / "summary.json").read_text())
+    audit_record = summary["judge"]["audit"]
+    assert audit_record["passed"] and audit_record["cached"] and audit_record["accuracy"] == 1.0
+    assert summary["judge"]["mode"] == "blind" and "trusted_below_floor" not in summary["judge"]
+    assert "audit (short gold set, evolif) passed: accuracy 1.00" in out
+
+
+def test_judge_mode_reaches_the_env_and_the_summary(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    with CannedServer(gold_or(lambda m: json.dumps({"scores": [{"item": 1, "score": 2}]}))) as server:
+        assert main(eval_args(server, tmp_path, "judge.mode=rating", "episodes=1")) == 0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]["mode"] == "rating"
+    with CannedServer(gold_or(blind_neutral)) as server:
+        assert main(eval_args(server, tmp_path / "b", "judge.mode=evidence")) == 2
+    assert "unknown judge_mode 'evidence'" in capsys.readouterr().err
+
+
+def test_judge_audit_command_prints_and_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "audit.json"
+    with CannedServer(lambda body: oracle(body["messages"])) as server:
+        code = main(
+            [
+                "judge-audit",
+                f"judge.llm.base_url={server.base_url}",
+                "judge.llm.model=canned-model",
+                "suites=evolif,structflow",
+                "set=short",
+                f"out={out}",
+            ]
+        )
+    assert code == 0
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert set(report["suites"]) == {"evolif", "structflow"} and report["set"] == "short"
+    assert "evolif [pass]" in printed and "structflow [pass]" in printed
+
+
+def test_judge_audit_with_a_mode_skips_the_suites_without_it(tmp_path, capsys):
+    with CannedServer(lambda body: oracle(body["messages"])) as server:
+        code = main(
+            [
+                "judge-audit",
+                f"judge.llm.base_url={server.base_url}",
+                "judge.llm.model=canned-model",
+                "judge.mode=rating",
+                "set=short",
+                f"out={tmp_path / 'a.json'}",
+            ]
+        )
+    captured = capsys.readouterr()
+    assert code == 0 and "not a mode of structflow, flexbench: skipped" in captured.err
+    assert list(json.loads((tmp_path / "a.json").read_text())["suites"]) == ["evolif"]
+
+
+@pytest.mark.embedded
+def test_judge_llm_without_a_url_says_the_embedded_model_judges_and_prints_its_audit(tmp_path, capsys, monkeypatch):
+    # SmolLM2-135M (the suite's small embedded model) as the judge: the audit runs through llama.cpp for real,
+    # on two of the gold texts (the whole short set takes minutes on a small CPU)
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    gold = load_gold()
+    gold["evolif"]["texts"] = [t for t in gold["evolif"]["texts"] if t["id"] in ("emotion-sad-1", "voice-passive-1")]
+    monkeypatch.setattr("ifgym.rewards.audit.load_gold", lambda: gold)
+    code = main(
+        [
+            "eval",
+            "judge=llm",
+            "judge.llm.embedded_model=smollm2-135m",
+            "judge.llm.max_tokens=60",
+            "policy=scripted",
+            "episodes=1",
+            "env.max_turns=1",
+            f"output={tmp_path / 'run' / 'e.jsonl'}",
+            "progress=false",
+            "plots=false",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert "without judge.llm.base_url: the embedded model (smollm2-135m) is the judge" in err
+    assert re.search(r"judge audit: smollm2-135m \(embedded\), short gold set \w+, \d+ calls", err)
+    assert "evolif [" in err  # its numbers, pass or fail
+    if code == 2:  # a 135M judge is expected to fail the floor: then the refusal names the numbers and the override
+        assert "fails its audit" in err and "judge.trust=true" in err
+    else:
+        judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
+        assert code == 0 and judge["audit"]["passed"]
