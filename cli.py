@@ -37,6 +37,9 @@ commands:
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
                              set=full|short out=judge_audit.json (no base_url: the embedded model)
+  compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
+                             a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
+                             level=, out=FILE.json)
   export-prompts EPISODES OUT  turn an episodes JSONL into TRL prompt rows (JSONL) for ConstraintReward
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
@@ -49,7 +52,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 
 GROUPS = ("env", "policy", "judge", "logger")
-COMMANDS = ("eval", "judge-audit", "export-prompts", "flexbench-dimensions")
+COMMANDS = ("eval", "judge-audit", "compare", "export-prompts", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -728,6 +731,129 @@ def judge_audit(args: list[str]) -> int:
     return 0
 
 
+def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
+    """A finished run's record (run.json: its resolved config) and episodes, from its folder or episodes file."""
+    from ifgym.envs.rollout import read_episodes
+    from ifgym.errors import ConfigError
+    from ifgym.records import RECORD_FILE
+
+    path = Path(arg).expanduser()
+    folder = path if path.is_dir() else path.parent
+    summary_path = folder / "summary.json"
+    if not summary_path.exists():
+        raise ConfigError(f"{arg}: no summary.json in {folder}; give a finished run's folder or episodes file")
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    episodes_path = path if path.is_file() else folder / Path(summary.get("output") or "episodes.jsonl").name
+    episodes = read_episodes(episodes_path)
+    if not episodes:
+        raise ConfigError(f"{arg}: no episodes in {episodes_path}")
+    record_path = folder / RECORD_FILE
+    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.exists() else {}
+    return record, episodes, episodes_path
+
+
+def _comparable(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Refuse two runs whose episodes do not measure the same thing: env or judge settings differ."""
+    from ifgym.errors import ConfigError
+    from ifgym.records import OPERATIONAL_LLM_KEYS, RECORD_FILE
+
+    def settings(record: dict[str, Any], name: str) -> dict[str, Any]:
+        config = record.get("config")
+        if not config:
+            raise ConfigError(
+                f"run {name} has no {RECORD_FILE} with its config (written by an older ifgym), so nothing says what "
+                "it measured; re-run it"
+            )
+
+        def strip(node: Any) -> Any:
+            if isinstance(node, dict):
+                return {k: strip(v) for k, v in node.items() if k not in (*OPERATIONAL_LLM_KEYS, "trust")}
+            return node
+
+        return {"env": strip(config["env"]), "judge": strip(config["judge"])}
+
+    sa, sb = settings(a, "A"), settings(b, "B")
+    diffs = [d for d in _differences(sa, sb, "")]
+    if diffs:
+        shown = "; ".join(f"{key}: A={va!r}, B={vb!r}" for key, va, vb in diffs[:5])
+        raise ConfigError(f"the runs are not comparable (their env or judge settings differ): {shown}")
+
+
+def _differences(a: Any, b: Any, prefix: str) -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) | set(b)):
+            out += _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+        return out
+    return [] if a == b else [(prefix.rstrip("."), a, b)]
+
+
+def compare_runs(args: list[str]) -> int:
+    """`ifgym compare RUN_A RUN_B [KEY=VALUE ...]`: paired differences of two runs, by seed."""
+    import gymnasium as gym
+
+    import ifgym  # noqa: F401  (registers the env ids)
+    from ifgym.errors import ConfigError
+    from ifgym.stats import CISettings, compare, metric_names
+
+    positional = [a for a in args if "=" not in a]
+    if len(positional) != 2:
+        print("usage: ifgym compare RUN_A RUN_B [resamples=1000 seed=0 level=0.95 out=FILE.json]", file=sys.stderr)
+        return 2
+    options = dict(a.split("=", 1) for a in args if "=" in a)
+    unknown = sorted(set(options) - {"resamples", "seed", "level", "out"})
+    if unknown:
+        raise ConfigError(f"compare: unknown option(s) {', '.join(unknown)}; options: resamples, seed, level, out")
+    try:
+        settings = CISettings(
+            int(options.get("resamples", 1000)), float(options.get("level", 0.95)), int(options.get("seed", 0))
+        )
+    except ValueError as exc:
+        raise ConfigError(f"compare: resamples and seed take integers, level a number ({exc})") from None
+    (sa, ea, pa), (sb, eb, pb) = _load_run(positional[0]), _load_run(positional[1])
+    _comparable(sa, sb)
+    env_ids = {e.env_id for e in ea} | {e.env_id for e in eb}
+    if len(env_ids) != 1:
+        raise ConfigError(f"the runs hold episodes of different envs ({', '.join(sorted(env_ids))}): not comparable")
+    env_cls = gym.envs.registration.load_env_creator(gym.spec(env_ids.pop()).entry_point)
+    modes = ("strict", "loose") if getattr(env_cls, "loose_metrics", True) else ("strict",)
+    result: dict[str, Any] = {"a": str(pa), "b": str(pb), "pairs": len(ea), "settings": settings.to_json()}
+    lines = [f"A: {pa}\nB: {pb}\n{len(ea)} episodes paired by seed; B - A with a paired bootstrap interval"]
+    for mode in modes:
+        metrics = metric_names(env_cls.summarize(ea, loose=mode == "loose"), env_cls.headline_metrics)
+        table = compare(ea, eb, env_cls.summarize, metrics, loose=mode == "loose", settings=settings)
+        result[mode] = table
+        lines.append(_compare_table(mode, table, settings.level))
+    print("\n\n".join(lines))
+    if options.get("out"):
+        out = Path(options["out"]).expanduser()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+        print(f"\nwritten to {out}")
+    return 0
+
+
+def _compare_table(mode: str, table: dict[str, dict[str, Any]], level: float) -> str:
+    def num(value: Any) -> str:
+        return "n/a" if value is None or value != value else f"{value:.3f}"
+
+    head = (mode, "A", "B", "B - A", f"{level:.0%} CI", "p")
+    rows = [
+        (
+            name,
+            num(r["a"]),
+            num(r["b"]),
+            num(r["diff"]),
+            f"[{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]" if r["ci"] else "",
+            "" if r["p_value"] is None else f"{r['p_value']:.3f}",
+        )
+        for name, r in table.items()
+    ]
+    widths = [max(len(head[k]), *(len(r[k]) for r in rows)) for k in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" if k == 0 else f"{{:>{w}}}" for k, w in enumerate(widths))
+    return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
+
+
 def flexbench_dimensions(args: list[str]) -> int:
     """`ifgym flexbench-dimensions SOP OUT [KEY=VALUE ...]`: run the dimension pipeline and save the file."""
     import yaml
@@ -858,6 +984,8 @@ def main(argv: list[str] | None = None) -> int:
             return flexbench_dimensions(rest)
         if command == "judge-audit":
             return judge_audit(rest)
+        if command == "compare":
+            return compare_runs(rest)
         from ifgym.errors import did_you_mean
 
         print(
