@@ -43,6 +43,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/structflow.py
 	$(PY) benchmarks/policies.py
 	$(PY) benchmarks/evolif_fidelity.py --parts text
+	$(PY) benchmarks/judges.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
