@@ -39,7 +39,7 @@ commands:
                              set=full|short out=judge_audit.json (no base_url: the embedded model)
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
-                             level=, out=FILE.json)
+                             level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
   export-prompts EPISODES OUT  turn an episodes JSONL into TRL prompt rows (JSONL) for ConstraintReward
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
@@ -798,12 +798,17 @@ def compare_runs(args: list[str]) -> int:
 
     positional = [a for a in args if "=" not in a]
     if len(positional) != 2:
-        print("usage: ifgym compare RUN_A RUN_B [resamples=1000 seed=0 level=0.95 out=FILE.json]", file=sys.stderr)
+        print(
+            "usage: ifgym compare RUN_A RUN_B [resamples=1000 seed=0 level=0.95 out=FILE.json plot=FILE.png]",
+            file=sys.stderr,
+        )
         return 2
     options = dict(a.split("=", 1) for a in args if "=" in a)
-    unknown = sorted(set(options) - {"resamples", "seed", "level", "out"})
+    unknown = sorted(set(options) - {"resamples", "seed", "level", "out", "plot"})
     if unknown:
-        raise ConfigError(f"compare: unknown option(s) {', '.join(unknown)}; options: resamples, seed, level, out")
+        raise ConfigError(
+            f"compare: unknown option(s) {', '.join(unknown)}; options: resamples, seed, level, out, plot"
+        )
     try:
         settings = CISettings(
             int(options.get("resamples", 1000)), float(options.get("level", 0.95)), int(options.get("seed", 0))
@@ -815,7 +820,8 @@ def compare_runs(args: list[str]) -> int:
     env_ids = {e.env_id for e in ea} | {e.env_id for e in eb}
     if len(env_ids) != 1:
         raise ConfigError(f"the runs hold episodes of different envs ({', '.join(sorted(env_ids))}): not comparable")
-    env_cls = gym.envs.registration.load_env_creator(gym.spec(env_ids.pop()).entry_point)
+    env_id = env_ids.pop()
+    env_cls = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
     modes = ("strict", "loose") if getattr(env_cls, "loose_metrics", True) else ("strict",)
     result: dict[str, Any] = {"a": str(pa), "b": str(pb), "pairs": len(ea), "settings": settings.to_json()}
     lines = [f"A: {pa}\nB: {pb}\n{len(ea)} episodes paired by seed; B - A with a paired bootstrap interval"]
@@ -830,6 +836,18 @@ def compare_runs(args: list[str]) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
         print(f"\nwritten to {out}")
+    plot = options.get("plot") or (str(Path(options["out"]).with_suffix(".png")) if options.get("out") else None)
+    if plot:  # the two runs side by side, each metric with each run's own interval
+        from ifgym.report import SHOWN_METRICS, write_comparison_plot
+
+        summaries = {
+            f"{label}: {path.parent.name}": json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
+            for label, path in (("A", pa), ("B", pb))
+        }
+        metrics = [m for m in env_cls.headline_metrics if m in result["strict"]][:SHOWN_METRICS]
+        title = f"{env_id}: A and B, {len(ea)} episodes"
+        path = write_comparison_plot(summaries, metrics, Path(plot).expanduser(), title=title)
+        print(f"plot: {path} (the paired differences B - A are in the table)")
     return 0
 
 

@@ -44,6 +44,8 @@ def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, c
     # the episodes last as long in both runs? then the difference is exactly 0 with p = 1
     if strict_a["EDR_len"] == strict_b["EDR_len"]:
         assert result["strict"]["EDR_len"]["p_value"] == 1.0
+    # the two runs side by side (each with its own summary's values), beside the JSON
+    assert f"plot: {out.with_suffix('.png')}" in printed and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_compare_refuses_runs_with_different_env_settings(two_runs, tmp_path, capsys):
