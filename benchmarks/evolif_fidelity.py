@@ -10,12 +10,14 @@ longer live, so it is not counted), split by the turn's move: the
 first turn of a new topic, a turn on the same topic, a return to an earlier topic. `restated` counts
 stated constraints the turn did not change: what the model is told again instead of remembering.
 
-**model** (minutes to hours): the embedded model (`--model`, default Qwen2.5-Coder-1.5B-Instruct, in process, greedy)
-plays the same seeds under both settings, patience 3, rule checks (9 groups: no LLM judge here), a
+**model** (minutes to hours): a model plays the same seeds under both settings: the embedded one
+(`--model`, default Qwen2.5-Coder-1.5B-Instruct, in process) or any OpenAI-compatible server
+(`--base-url URL --model NAME`), greedy, patience 3, rule checks (9 groups: no LLM judge here), a
 safety cap of `--max-turns` turns. CSR, ISR, EDR, REC and ROB under each, and the paired difference
 change-only − restate-all with a 95% paired bootstrap interval and a permutation p-value over
-dialogues (`ifgym.stats.compare`). Episodes are appended to `--out` as they finish, and a re-run
-resumes there.
+dialogues (`ifgym.stats.compare`). `--patience none --max-turns N`: both settings play the same N
+turns of every script, so CSR and ISR compare the same constraints, worded two ways (EDR is not
+defined then). Episodes are appended to `--out` as they finish, and a re-run resumes there.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import gymnasium as gym
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import Episode
+from ifgym.llm import LLMConfig
 from ifgym.rewards.metrics import HEADLINE
 from ifgym.simulators.render import phrasings
 
@@ -118,45 +121,44 @@ def print_text(table: dict, seeds: range, turns: int) -> None:
 
 
 def model_part(
-    seeds: range, max_turns: int, out: Path, max_tokens: int, n_ctx: int, model: str
+    seeds: range, max_turns: int, out: Path, config: LLMConfig, patience: int | None
 ) -> dict[str, list[Episode]]:
-    """Play the embedded model on the same seeds under both settings; episodes by mode."""
+    """Play the model on the same seeds under both settings; episodes by mode."""
     from ifgym.envs.rollout import run
-    from ifgym.llm import LLMConfig, make_client
+    from ifgym.llm import make_client
     from ifgym.policies import ChatPolicy
 
-    config = LLMConfig(embedded_model=model, max_tokens=max_tokens, n_ctx=n_ctx, concurrency=1)
     client = make_client(config, "policy")
+    model = config.model if config.base_url else config.embedded_model
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
     for mode in MODES:
 
         def make_env(mode: str = mode):
-            return gym.make("ifgym/EvolIF-v1", restate=mode, max_turns=max_turns)
+            return gym.make("ifgym/EvolIF-v1", restate=mode, max_turns=max_turns, patience=patience)
 
-        print(f"embedded model, restate={mode}: {len(seeds)} dialogues (appending to {out / f'{mode}.jsonl'})")
+        key = f"{model}-{mode}-t{max_turns}-m{config.max_tokens}-p{patience}".replace("/", "_")  # a file per config
+        print(f"{model}, restate={mode}: {len(seeds)} dialogues (appending to {out / f'{key}.jsonl'})")
         runs[mode] = run(
-            make_env,
-            lambda: ChatPolicy(client),
-            seeds,
-            output=out / f"{mode}.jsonl",
-            run_key=f"evolif-fidelity-{model}-{mode}-t{max_turns}-m{max_tokens}",
-            concurrency=1,
+            make_env, lambda: ChatPolicy(client), seeds, output=out / f"{key}.jsonl", run_key=key, concurrency=1
         )
     return runs
 
 
-def print_model(runs: dict[str, list[Episode]], max_turns: int, model: str) -> None:
+def print_model(runs: dict[str, list[Episode]], max_turns: int, model: str, patience: int | None) -> None:
     from ifgym.envs.evolif import EvolIFEnv
     from ifgym.stats import compare
 
-    metrics = list(HEADLINE)
+    # with patience off every dialogue plays the same max_turns turns: EDR says nothing then
+    metrics = list(HEADLINE) if patience is not None else ["CSR", "ISR"]
     result = compare(runs["all"], runs["change"], EvolIFEnv.summarize, metrics)
     n = len(runs["change"])
     turns = {m: sum(len(e.turns) for e in runs[m]) for m in MODES}
     print(
-        f"\nEmbedded {model} (greedy), {n} dialogues per setting, same seeds, patience 3, "
-        f"rule checks (9 groups), safety cap {max_turns} turns; turns played: change {turns['change']}, "
+        f"\n{model} (greedy), {n} dialogues per setting, same seeds, "
+        f"{'patience off (the same turns under both)' if patience is None else f'patience {patience}'}, "
+        f"rule checks (9 groups), {'' if patience is None else 'safety cap '}{max_turns} turns; "
+        f"turns played: change {turns['change']}, "
         f"all {turns['all']}"
     )
     head = f"{'metric':<9} {'change':>8} {'all':>8} {'change-all':>11}  {'95% CI (paired)':>18} {'p':>6}"
@@ -176,10 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="first seed")
     parser.add_argument("--text-episodes", type=int, default=200, help="template episodes per setting")
     parser.add_argument("--text-turns", type=int, default=30, help="user turns per template episode")
-    parser.add_argument("--episodes", type=int, default=8, help="embedded-model dialogues per setting")
+    parser.add_argument("--episodes", type=int, default=10, help="model dialogues per setting")
     parser.add_argument("--max-turns", type=int, default=40, help="safety cap per model dialogue (EvolIF: 100)")
+    parser.add_argument(
+        "--patience", default="3", help="model part: patience, or 'none' (both settings play the same turns)"
+    )
     parser.add_argument("--max-tokens", type=int, default=384, help="longest model reply")
-    parser.add_argument("--model", default="qwen2.5-coder-1.5b", help="embedded model (smollm2-135m: a smoke test)")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="embedded model (default qwen2.5-coder-1.5b; smollm2-135m for a smoke test), or the served model's name",
+    )
+    parser.add_argument("--base-url", default=None, help="an OpenAI-compatible server instead of the embedded model")
     parser.add_argument("--n-ctx", type=int, default=32768, help="embedded model context (long dialogues)")
     parser.add_argument("--out", type=Path, default=Path("runs/evolif_fidelity"), help="episodes of the model part")
     args = parser.parse_args(argv)
@@ -192,8 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         print_text(text_part(seeds, args.text_turns), seeds, args.text_turns)
     if "model" in parts:
         seeds = range(args.seed, args.seed + args.episodes)
-        runs = model_part(seeds, args.max_turns, args.out, args.max_tokens, args.n_ctx, args.model)
-        print_model(runs, args.max_turns, args.model)
+        patience = None if args.patience.lower() == "none" else int(args.patience)
+        if args.base_url:
+            if not args.model:
+                parser.error("--base-url needs --model NAME (the served model)")
+            config = LLMConfig(base_url=args.base_url, model=args.model, max_tokens=args.max_tokens)
+        else:
+            model = args.model or "qwen2.5-coder-1.5b"
+            config = LLMConfig(embedded_model=model, max_tokens=args.max_tokens, n_ctx=args.n_ctx, concurrency=1)
+        runs = model_part(seeds, args.max_turns, args.out, config, patience)
+        print_model(runs, args.max_turns, config.model if config.base_url else config.embedded_model, patience)
     return 0
 
 
