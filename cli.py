@@ -40,7 +40,10 @@ commands:
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
-  export-prompts EPISODES OUT  turn an episodes JSONL into TRL prompt rows (JSONL) for ConstraintReward
+  export SCHEMA EPISODES... OUT [KEY=VALUE ...]  training data from episodes JSONL files, one schema:
+                             prompts (GRPO/PPO rows for ifgym.rewards.trl.TurnReward), sft (passing turns;
+                             min_reward=1.0), preferences (DPO pairs of replies to the same prompt; margin=0.1
+                             pairs=all|best_worst), turns (one row per turn with verdicts); JSON Lines
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
 
@@ -52,7 +55,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 
 GROUPS = ("env", "policy", "judge", "logger")
-COMMANDS = ("eval", "judge-audit", "compare", "export-prompts", "flexbench-dimensions")
+COMMANDS = ("eval", "judge-audit", "compare", "export", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -872,6 +875,45 @@ def _compare_table(mode: str, table: dict[str, dict[str, Any]], level: float) ->
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
 
 
+EXPORT_OPTIONS = {"min_reward": float, "margin": float, "pairs": str}
+
+
+def export_data(args: list[str]) -> int:
+    """`ifgym export SCHEMA EPISODES... OUT [KEY=VALUE ...]`: write one training-data schema, print the counts."""
+    from ifgym.envs.rollout import read_episodes
+    from ifgym.errors import ConfigError
+    from ifgym.rewards.export import SCHEMAS, check_options, export
+
+    positional = [a for a in args if "=" not in a]
+    if len(positional) < 3:
+        print(f"usage: ifgym export {{{','.join(SCHEMAS)}}} EPISODES.jsonl [MORE.jsonl ...] OUT.jsonl", file=sys.stderr)
+        return 2
+    schema, sources, out = positional[0], positional[1:-1], Path(positional[-1]).expanduser()
+    options: dict[str, Any] = {}
+    for item in (a for a in args if "=" in a):
+        key, _, value = item.partition("=")
+        if key not in EXPORT_OPTIONS:
+            raise ConfigError(f"export: unknown option {key!r}; options: {', '.join(EXPORT_OPTIONS)}")
+        try:
+            options[key] = EXPORT_OPTIONS[key](value)
+        except ValueError:
+            raise ConfigError(f"export: {key} takes a number, got {value!r}") from None
+    check_options(schema, options)
+    if any(out.resolve() == Path(s).expanduser().resolve() for s in sources):
+        raise ConfigError(f"export: the output {out} is one of the episode files; give another output file")
+    episodes = []
+    for source in sources:
+        found = read_episodes(source)
+        if not found:
+            raise ConfigError(f"{source}: no episodes there (give the episodes.jsonl of a run)")
+        episodes.extend(found)
+    report = export(schema, episodes, out, **options)
+    print(report.line(out))
+    for warning in report.warnings:
+        print(f"ifgym: warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def flexbench_dimensions(args: list[str]) -> int:
     """`ifgym flexbench-dimensions SOP OUT [KEY=VALUE ...]`: run the dimension pipeline and save the file."""
     import yaml
@@ -984,20 +1026,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(usage() + "\nkeys:\n" + config_help())
                 return 0
             return run_eval(rest)
-        if command == "export-prompts":
-            if len(rest) != 2:
-                print("usage: ifgym export-prompts EPISODES.jsonl OUT.jsonl", file=sys.stderr)
-                return 2
-            from ifgym.envs.rollout import read_episodes
-            from ifgym.errors import ConfigError
-            from ifgym.rewards.trl import write_prompt_rows
-
-            episodes = read_episodes(rest[0])
-            if not episodes:
-                raise ConfigError(f"{rest[0]}: no episodes there (give the episodes.jsonl of a run)")
-            n = write_prompt_rows(episodes, rest[1])
-            print(f"wrote {n} prompt rows to {rest[1]}")
-            return 0
+        if command == "export":
+            return export_data(rest)
         if command == "flexbench-dimensions":
             return flexbench_dimensions(rest)
         if command == "judge-audit":

@@ -20,7 +20,7 @@ from ifgym.rewards.judge import LLMJudge
 from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scorer, Scores
-from ifgym.rewards.trl import ConstraintReward, export_prompt_rows, write_prompt_rows
+from ifgym.rewards.trl import ChecklistReward, ConstraintReward, EpisodeReturn, FlexBenchReward, TurnReward
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 
@@ -30,8 +30,11 @@ __all__ = [
     "REGISTRY",
     "RULE_GROUPS",
     "SEMANTICS",
+    "ChecklistReward",
     "Constraint",
     "ConstraintReward",
+    "EpisodeReturn",
+    "FlexBenchReward",
     "LLMJudge",
     "Patience",
     "Scorer",
@@ -39,13 +42,12 @@ __all__ = [
     "check",
     "conflicts",
     "evolif_check",
-    "export_prompt_rows",
     "from_evolif",
     "group_pass_rates",
     "ids_in_group",
     "summarize",
     "survival_curve",
     "to_evolif",
+    "TurnReward",
     "turn_outcome",
-    "write_prompt_rows",
 ]

@@ -1,28 +1,64 @@
-"""Trainer-facing rewards and data: a TRL reward function and episode -> prompt-dataset export.
+"""Trainer-facing rewards: each env's turn reward, recomputed for a new completion, in TRL's shape.
 
-`ConstraintReward` has the signature TRL's `GRPOTrainer(reward_funcs=...)` calls:
-`reward(completions, **columns) -> list[float | None]`, reading each sample's constraints from a
-dataset column named `constraints`. `export_prompt_rows` turns every turn of recorded episodes
-into such a row (conversational prompt + constraints), `write_prompt_rows` writes them as JSONL.
+Every reward here has the signature TRL's `GRPOTrainer(reward_funcs=...)` calls,
+`reward(completions, **columns) -> list[float | None]`, reads what it needs from dataset columns
+(written by `ifgym export prompts`, see `ifgym.rewards.export`), is a plain picklable class with a
+`__name__` for TRL's logs, and returns None for a completion it cannot score (TRL leaves None out
+of that function's mean; a row that every function leaves out gets no advantage).
 
-Only rule-checkable constraints are scored here: judged ones (emotion, style, reader age) need an
-LLM call per completion and are skipped, so a sample whose constraints are all judged gets None
-("not applicable" to TRL), as does one whose rule verdicts are all unknown.
+| class | env | reads | scores |
+|---|---|---|---|
+| `ConstraintReward` | EvolIF | `constraints` | rule-checkable constraints (judged ones skipped) |
+| `ChecklistReward` | StructFlow | `checklist`, `prompts` | rule items by rules; the rest by `judge`, or left out |
+| `FlexBenchReward` | FlexBench | `dimensions`, `prompts` | the env's turn reward by the offline dimension rules |
+| `TurnReward` | any | `scorer` + the above | dispatches each row to the three above |
+| `EpisodeReturn` | any | `episode` | discounted return (+ survival), for whole-episode rollouts |
+| `LengthFloor(reward, n)` | any | as `reward` | 0 for completions under n words (a guard against empty replies) |
+
+Each turn reward is what the env would have given the completion at that turn (same rules, same
+reward mode); tests check it against the rewards recorded by the envs. Two differences, both
+documented on the classes: a row with nothing to score is None here (the env gives an empty
+checklist 1), and FlexBench's end-of-call term (`end_weight` × the episode score) is not part of a
+single turn's reward (it needs the whole call: use `EpisodeReturn`).
+
+`AsyncReward(reward)` wraps any of them with an `async __call__`, so TRL awaits it with the other
+async rewards of a step (useful with a judge: its calls then run concurrently).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from ifgym.core import Episode
+from ifgym.core import ChecklistItem, Episode, TurnSpec
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.rewards.constraints import SEMANTICS, Constraint, check
+from ifgym.rewards.rubric import turn_outcome
 
-__all__ = ["ConstraintReward", "export_prompt_rows", "write_prompt_rows"]
+if TYPE_CHECKING:
+    from ifgym.rewards.flexbench import DimensionSet
+    from ifgym.rewards.structflow import ChecklistJudge
+
+__all__ = [
+    "SCORERS",
+    "AsyncReward",
+    "ChecklistReward",
+    "ConstraintReward",
+    "EpisodeReturn",
+    "FlexBenchReward",
+    "LengthFloor",
+    "TurnReward",
+    "episode_return",
+    "scorer_of",
+    "survived",
+]
+
+# What scores a row: which env's scorer the turn came from (the `scorer` column of a prompt row).
+SCORERS = ("constraints", "checklist", "flexbench")
 
 REWARD_MODES = ("fraction", "all")
 
@@ -58,36 +94,48 @@ class ConstraintReward:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score each completion against the constraints in the same row of `kwargs["constraints"]`."""
-        if "constraints" not in kwargs:
-            raise DataFormatError(
-                "ConstraintReward needs a dataset column 'constraints' (per sample a list of "
-                "{'id': ..., 'params': {...}} dicts, or a JSON string of that list); the columns "
-                f"received were: {sorted(kwargs) or 'none'}. Build the dataset with "
-                "ifgym.rewards.trl.export_prompt_rows."
-            )
-        column = kwargs["constraints"]
-        if isinstance(column, str | bytes) or not isinstance(column, Sequence):
-            raise DataFormatError(
-                f"the 'constraints' column must hold one entry per completion, got {type(column).__name__}"
-            )
-        if len(column) != len(completions):
-            raise DataFormatError(
-                f"{len(completions)} completions but {len(column)} 'constraints' entries; they must pair up"
-            )
+        return _logged(self.scored(completions, **kwargs), kwargs)
+
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
+        """Each completion's reward with the (group, label) of every verdict behind it."""
+        column = _column(
+            kwargs, "constraints", len(completions), "per sample a list of {'id': ..., 'params': {...}} dicts"
+        )
         return [
             self._score(_completion_text(c, i), _parse_constraints(raw, i))
             for i, (c, raw) in enumerate(zip(completions, column, strict=True))
         ]
 
-    def _score(self, text: str, constraints: Sequence[Constraint]) -> float | None:
+    def _score(self, text: str, constraints: Sequence[Constraint]) -> Scored:
         rule = [c for c in constraints if not c.judged]
-        labels = [check(c, text, loose=self.loose, semantics=self.semantics).label for c in rule]
-        yes, no = labels.count("yes"), labels.count("no")
+        labels = [(c.group, check(c, text, loose=self.loose, semantics=self.semantics).label) for c in rule]
+        yes = sum(label == "yes" for _, label in labels)
+        no = sum(label == "no" for _, label in labels)
         if yes + no == 0:
-            return None
-        if self.mode == "all":
-            return float(no == 0)
-        return yes / (yes + no)
+            return None, labels
+        return (float(no == 0) if self.mode == "all" else yes / (yes + no)), labels
+
+
+Scored = tuple[float | None, list[tuple[str, str]]]  # a reward and the (group, label) of each verdict behind it
+
+
+def _logged(scored: Sequence[Scored], kwargs: Mapping[str, Any]) -> list[float | None]:
+    """The rewards; with TRL's `log_metric` (TRL >= 1.0 passes it), also each group's pass rate in this batch.
+
+    Logged as `pass_rate/<group>` = yes / (yes + no) over the batch's verdicts of that group (a
+    metric beside the reward, not part of it); TRL averages it over the step.
+    """
+    log = kwargs.get("log_metric")
+    if callable(log):
+        tally: dict[str, list[int]] = {}
+        for _, labels in scored:
+            for group, label in labels:
+                if label != "unknown":
+                    counts = tally.setdefault(group, [0, 0])
+                    counts[label == "yes"] += 1
+        for group, (no, yes) in sorted(tally.items()):
+            log(f"pass_rate/{group}", yes / (yes + no))
+    return [reward for reward, _ in scored]
 
 
 def _completion_text(completion: Any, index: int) -> str:
@@ -137,44 +185,458 @@ def _constraints_from_list(raw: Any, index: int | None) -> tuple[Constraint, ...
     return tuple(Constraint.from_json(c) for c in raw)
 
 
-def export_prompt_rows(episodes: Iterable[Episode], *, constraints_as_json: bool = True) -> list[dict[str, Any]]:
-    """One prompt row per turn of each episode, in TRL's conversational prompt format.
+def _column(kwargs: Mapping[str, Any], name: str, n: int, what: str) -> Sequence[Any]:
+    """The dataset column `name`, checked to hold one entry per completion."""
+    if name not in kwargs:
+        raise DataFormatError(
+            f"this reward needs a dataset column {name!r} ({what}, or a JSON string of it); the columns received "
+            f"were: {sorted(kwargs) or 'none'}. Build the dataset with `ifgym export prompts` "
+            "(ifgym.rewards.export.prompt_rows)."
+        )
+    column = kwargs[name]
+    if isinstance(column, str | bytes) or not isinstance(column, Sequence):
+        raise DataFormatError(f"the {name!r} column must hold one entry per completion, got {type(column).__name__}")
+    if len(column) != n:
+        raise DataFormatError(f"{n} completions but {len(column)} {name!r} entries; they must pair up")
+    return column
 
-    `prompt` holds the system prompt (if any), the earlier turns (user, then the recorded assistant
-    reply) and this turn's user message; `constraints` is that turn's constraints (rule and judged;
-    ConstraintReward skips the judged ones); `episode_id` and `turn` say where the row came from.
 
-    `constraints` is a JSON string of the list of `{"id", "params"}` dicts by default: loaded with
-    `datasets`, a column of dicts whose keys differ from row to row is widened to one struct type
-    (every row gets every key, absent ones as None), which would corrupt the params.
-    `constraints_as_json=False` keeps the list of dicts as is.
+def _prompt_messages(prompts: Sequence[Any] | None, index: int, who: str) -> list[dict[str, str]]:
+    """The conversation a completion answers (TRL's `prompts` entry for it), as chat messages."""
+    if prompts is None:
+        raise DataFormatError(f"{who} needs TRL's 'prompts' (the conversation each completion answers); none given")
+    prompt = prompts[index]
+    if isinstance(prompt, str) or not isinstance(prompt, Sequence):
+        raise DataFormatError(
+            f"sample {index}: {who} needs a conversational prompt (a list of chat messages), got "
+            f"{type(prompt).__name__}; export prompts with `ifgym export prompts`, which writes them so"
+        )
+    return [{"role": str(m["role"]), "content": str(m.get("content") or "")} for m in prompt]
+
+
+def _json_value(raw: Any, index: int, name: str) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw) if raw else None
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"sample {index}: {name!r} is not valid JSON ({err})") from None
+    return raw
+
+
+# ---------------------------------------------------------------------------------------------
+# StructFlow: checklists
+# ---------------------------------------------------------------------------------------------
+
+CHECKLIST_REWARDS = ("weighted", "fraction", "all_pass")
+
+
+@functools.lru_cache(maxsize=4096)
+def _checklist_from_string(raw: str) -> tuple[ChecklistItem, ...]:
+    return _checklist_from_list(json.loads(raw) if raw else [], None)
+
+
+def _checklist_from_list(raw: Any, index: int | None) -> tuple[ChecklistItem, ...]:
+    where = "" if index is None else f"sample {index}: "
+    if raw is None:
+        return ()
+    if not isinstance(raw, Sequence) or isinstance(raw, str | bytes):
+        raise DataFormatError(f"{where}'checklist' must be a list of checklist item dicts, got {type(raw).__name__}")
+    try:
+        return tuple(ChecklistItem.from_json(item) for item in raw)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise DataFormatError(
+            f"{where}a 'checklist' item is not a checklist item dict with id, question and type ({err!r})"
+        ) from None
+
+
+def _parse_checklist(raw: Any, index: int) -> tuple[ChecklistItem, ...]:
+    if isinstance(raw, str):
+        try:
+            return _checklist_from_string(raw)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"sample {index}: 'checklist' is not valid JSON ({err})") from None
+        except DataFormatError as err:
+            raise DataFormatError(f"sample {index}: {err}") from None
+    return _checklist_from_list(raw, index)
+
+
+class ChecklistReward:
+    """TRL reward for StructFlow rows: the env's turn reward over the turn's checklist (`checklist` column).
+
+    Items a rule decides (a rule-checkable constraint, or a question of a fixed form, see
+    `ifgym.rewards.questions`) are decided by the rule, exactly as `StructFlowScorer` does in the
+    env. The other items (structural relations, style, StructFlowBench's own questions) go to
+    `judge` (a `ChecklistJudge`, one call per completion, with the row's `prompts` as the dialogue)
+    when one is given; **without a judge they are left out**: the reward is computed over the
+    rule-decided items only, and a row with none of those gets None (TRL leaves it out). A judge
+    answer that cannot be read is `unknown` and counts neither way, as in the env.
+
+    `mode`: `"weighted"` (the env's default: satisfied weight / weight, structural items 2),
+    `"fraction"` (yes / (yes + no)) or `"all_pass"` (1 when every scored item is yes, else 0: an
+    unknown counts as not passed, as in the env). `loose=True` uses the loose verdicts. A row with an
+    empty checklist is None (the env gives it 1: nothing to fail, nothing to learn).
     """
-    rows: list[dict[str, Any]] = []
-    for episode in episodes:
-        history: list[dict[str, str]] = []
-        if episode.system_prompt:
-            history.append({"role": "system", "content": episode.system_prompt})
-        for turn in episode.turns:
-            prompt = [*history, {"role": "user", "content": turn.user}]
-            constraints = [c.to_json() for c in turn.spec.constraints]
-            rows.append(
-                {
-                    "prompt": prompt,
-                    "constraints": json.dumps(constraints, ensure_ascii=False) if constraints_as_json else constraints,
-                    "episode_id": episode.episode_id,
-                    "turn": turn.index,
-                }
+
+    def __init__(self, judge: ChecklistJudge | None = None, mode: str = "weighted", loose: bool = False):
+        if mode not in CHECKLIST_REWARDS:
+            raise UnknownNameError("ChecklistReward mode", mode, CHECKLIST_REWARDS)
+        if not isinstance(loose, bool):
+            raise ConfigError(f"ChecklistReward loose must be True or False, got {loose!r}")
+        if judge is not None and not (hasattr(judge, "judge") and hasattr(judge, "ajudge")):
+            raise ConfigError(
+                f"ChecklistReward judge must be a ChecklistJudge (ifgym.rewards.structflow) or None, got {judge!r}"
             )
-            history = [*prompt, {"role": "assistant", "content": turn.reply}]
-    return rows
+        self.judge = judge
+        self.mode = mode
+        self.loose = loose
+        self.__name__ = f"ifgym_checklist_{mode}{'_loose' if loose else ''}{'_judged' if judge else ''}"
+
+    def __repr__(self) -> str:
+        return f"ChecklistReward(judge={self.judge!r}, mode={self.mode!r}, loose={self.loose})"
+
+    def _scorer(self) -> Any:
+        from ifgym.rewards.structflow import StructFlowScorer
+
+        return StructFlowScorer(self.judge)
+
+    def _rows(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, TurnSpec, list | None]]:
+        column = _column(kwargs, "checklist", len(completions), "per sample a list of checklist item dicts")
+        prompts = kwargs.get("prompts")
+        rows = []
+        for i, (completion, raw) in enumerate(zip(completions, column, strict=True)):
+            spec = TurnSpec(checklist=_parse_checklist(raw, i))
+            history = _prompt_messages(prompts, i, "ChecklistReward with a judge") if self.judge else None
+            rows.append((_completion_text(completion, i), spec, history))
+        return rows
+
+    def _reward(self, spec: TurnSpec, scores: Any) -> Scored:
+        if not spec.checklist:
+            return None, []
+        verdicts = scores.loose if self.loose else scores.strict
+        # without a judge, the items it would answer carry the scorer's "needs a judge" verdict: leave them out
+        kept = [k for k, v in enumerate(verdicts) if v.source != "none"]
+        labels = [(scores.labels[k], verdicts[k].label) for k in kept]
+        if not kept:
+            return None, labels
+        outcome = turn_outcome(
+            [verdicts[k] for k in kept],
+            [scores.labels[k] for k in kept],
+            self.mode,
+            item_weights=[scores.weights[k] for k in kept],
+        )
+        return (outcome.reward if outcome.defined else None), labels
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Score each completion against the checklist in the same row of `kwargs["checklist"]`."""
+        return _logged(self.scored(completions, **kwargs), kwargs)
+
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
+        """Each completion's reward with the (item type, label) of every verdict behind it."""
+        scorer = self._scorer()
+        return [
+            self._reward(spec, scorer.score(text, spec, history)) if spec.checklist else (None, [])
+            for text, spec, history in self._rows(completions, kwargs)
+        ]
+
+    async def ascored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
+        """Async twin of `scored`: the judge's calls for the batch run concurrently."""
+        scorer = self._scorer()
+        rows = self._rows(completions, kwargs)
+
+        async def one(text: str, spec: TurnSpec, history: list | None) -> Scored:
+            return self._reward(spec, await scorer.ascore(text, spec, history)) if spec.checklist else (None, [])
+
+        return list(await asyncio.gather(*(one(*row) for row in rows)))
+
+    async def acall(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Async twin of `__call__`."""
+        return _logged(await self.ascored(completions, **kwargs), kwargs)
 
 
-def write_prompt_rows(episodes: Iterable[Episode], path: str | Path, *, constraints_as_json: bool = True) -> int:
-    """Write `export_prompt_rows(episodes)` to `path` as JSONL (UTF-8); return the number of rows."""
-    rows = export_prompt_rows(episodes, constraints_as_json=constraints_as_json)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(rows)
+# ---------------------------------------------------------------------------------------------
+# FlexBench: dimensions
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _dimensions_from_string(raw: str) -> DimensionSet:
+    from ifgym.rewards.flexbench import DimensionSet
+
+    return DimensionSet.from_json(json.loads(raw), "'dimensions' column")
+
+
+def _parse_dimensions(raw: Any, index: int) -> DimensionSet | None:
+    from ifgym.rewards.flexbench import DimensionSet
+
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, DimensionSet):
+        return raw
+    try:
+        if isinstance(raw, str):
+            return _dimensions_from_string(raw)
+        return DimensionSet.from_json(raw, "'dimensions' column")
+    except json.JSONDecodeError as err:
+        raise DataFormatError(f"sample {index}: 'dimensions' is not valid JSON ({err})") from None
+    except DataFormatError as err:
+        raise DataFormatError(f"sample {index}: {err}") from None
+
+
+def _opening_line(history: Sequence[Mapping[str, str]]) -> str | None:
+    """The assistant's scripted opening line: an assistant message before the caller's first words."""
+    for m in history:
+        if m["role"] == "user":
+            return None
+        if m["role"] == "assistant":
+            return m["content"]
+    return None
+
+
+class FlexBenchReward:
+    """TRL reward for FlexBench rows: the env's turn reward, by the dimension files' offline rules.
+
+    The row's `prompts` entry is the call so far (SOP, the scripted opening line, the caller's
+    latest words) and `dimensions` its SOP's dimension set (JSON). The completion is judged with
+    the call, as the env's `judge="rules"` does after every reply, and against the call without it:
+    reward = (base actions and branches newly satisfied − always-on rules newly broken) / number
+    of dimensions, in [−1, 1] (see `FlexBenchEnv`'s Rewards). A dimension's verdict on this turn
+    is what one more reply decides, given the call so far. Dimensions without an offline `rule`
+    stay unknown (they never count); a row whose dimensions have none is None (an LLM-judged
+    dimension set needs the env's LLM judge, which is not run per completion). The env's
+    end-of-call term (`end_weight` × the episode score) needs the whole call: not included.
+    """
+
+    __name__ = "ifgym_flexbench_turn"
+
+    def __repr__(self) -> str:
+        return "FlexBenchReward()"
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Score each completion in its call (`prompts`) against its row's `dimensions`."""
+        return _logged(self.scored(completions, **kwargs), kwargs)
+
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
+        """Each completion's reward with the (dimension kind, label after the reply) of every ruled dimension."""
+        column = _column(kwargs, "dimensions", len(completions), "per sample a FlexBench dimension set")
+        prompts = kwargs.get("prompts")
+        out: list[Scored] = []
+        for i, (completion, raw) in enumerate(zip(completions, column, strict=True)):
+            dims = _parse_dimensions(raw, i)
+            text = _completion_text(completion, i)
+            history = _prompt_messages(prompts, i, "FlexBenchReward")
+            out.append((None, []) if dims is None else _flex_turn(dims, history, text))
+        return out
+
+
+def _flex_turn(dims: DimensionSet, history: list[dict[str, str]], reply: str) -> Scored:
+    from ifgym.rewards.flexbench import FlexBenchScorer, RuleJudge, gate
+
+    ruled = [d for d in dims.dimensions if d.rule is not None]
+    if not ruled:
+        return None, []
+    judge = RuleJudge()
+    scorer = FlexBenchScorer(dims, judge, _opening_line(history))
+    trace = scorer.trace(history, reply)
+    before = gate(dims, judge.judge(dims, trace[:-1])).labels
+    after = gate(dims, judge.judge(dims, trace)).labels
+    kinds = {d.id: d.kind for d in dims.dimensions}
+    new = sum(1 for d in dims.ids if kinds[d] != "always" and after[d] == "yes" and before[d] != "yes")
+    broken = sum(1 for d in dims.ids if kinds[d] == "always" and after[d] == "no" and before[d] != "no")
+    return (new - broken) / len(dims.ids), [(d.kind, after[d.id]) for d in ruled]
+
+
+# ---------------------------------------------------------------------------------------------
+# Any env: dispatch on the row
+# ---------------------------------------------------------------------------------------------
+
+
+def scorer_of(episode: Episode) -> str:
+    """Which scorer an episode's turns were scored by: "flexbench", "checklist" (StructFlow) or "constraints"."""
+    if "flexbench" in episode.meta:
+        return "flexbench"
+    if "dialogue" in episode.meta or any(t.spec.checklist for t in episode.turns):
+        return "checklist"
+    return "constraints"
+
+
+class TurnReward:
+    """TRL reward for rows of any env: each row goes to its env's reward by the row's `scorer` column.
+
+    `constraints` → `ConstraintReward(mode="fraction", loose=loose)` (EvolIF's default turn
+    reward); `checklist` → `ChecklistReward(judge, mode="weighted", loose=loose)` (StructFlow's);
+    `flexbench` → `FlexBenchReward()`. So a dataset exported from runs of several envs trains on
+    each turn's own reward. None where the env's reward cannot be computed (see each class).
+    """
+
+    def __init__(self, judge: ChecklistJudge | None = None, loose: bool = False):
+        self.parts = {
+            "constraints": ConstraintReward(loose=loose),
+            "checklist": ChecklistReward(judge, loose=loose),
+            "flexbench": FlexBenchReward(),
+        }
+        self.__name__ = f"ifgym_turn{'_loose' if loose else ''}{'_judged' if judge else ''}"
+
+    def __repr__(self) -> str:
+        return f"TurnReward(judge={self.parts['checklist'].judge!r}, loose={self.parts['checklist'].loose})"
+
+    def _groups(self, completions: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, list[int]]:
+        column = _column(kwargs, "scorer", len(completions), f"per sample one of {', '.join(SCORERS)}")
+        groups: dict[str, list[int]] = {}
+        for i, kind in enumerate(column):
+            if kind not in SCORERS:
+                raise UnknownNameError(f"sample {i}: scorer", str(kind), SCORERS)
+            groups.setdefault(kind, []).append(i)
+        return groups
+
+    @staticmethod
+    def _subset(kwargs: Mapping[str, Any], idx: list[int], n: int) -> dict[str, Any]:
+        return {
+            k: [v[i] for i in idx] if isinstance(v, Sequence) and not isinstance(v, str) and len(v) == n else v
+            for k, v in kwargs.items()
+        }
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Score each completion with the reward of its row's env."""
+        return _logged(self.scored(completions, **kwargs), kwargs)
+
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
+        """Each completion's reward with the (group, label) of the verdicts behind it, from its row's reward."""
+        out: list[Scored] = [(None, [])] * len(completions)
+        for kind, idx in self._groups(completions, kwargs).items():
+            part = self.parts[kind].scored([completions[i] for i in idx], **self._subset(kwargs, idx, len(completions)))
+            for i, value in zip(idx, part, strict=True):
+                out[i] = value
+        return out
+
+    async def acall(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Async twin of `__call__` (the checklist judge's calls run concurrently)."""
+        out: list[Scored] = [(None, [])] * len(completions)
+        for kind, idx in self._groups(completions, kwargs).items():
+            batch, columns = [completions[i] for i in idx], self._subset(kwargs, idx, len(completions))
+            part = self.parts[kind]
+            values = await part.ascored(batch, **columns) if hasattr(part, "ascored") else part.scored(batch, **columns)
+            for i, value in zip(idx, values, strict=True):
+                out[i] = value
+        return _logged(out, kwargs)
+
+
+class AsyncReward:
+    """Wraps a reward so that TRL awaits it: `async __call__`, the wrapped reward's `acall` when it has one.
+
+    TRL runs the async rewards of a step together on one event loop; a reward without `acall`
+    (no I/O) runs in a worker thread. Picklable when the wrapped reward is; named after it.
+    """
+
+    def __init__(self, reward: Any):
+        if not callable(reward):
+            raise ConfigError(f"AsyncReward wraps a reward function, got {reward!r}")
+        self.reward = reward
+        self.__name__ = getattr(reward, "__name__", type(reward).__name__)
+
+    def __repr__(self) -> str:
+        return f"AsyncReward({self.reward!r})"
+
+    async def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """Await the wrapped reward on this batch."""
+        if hasattr(self.reward, "acall"):
+            return await self.reward.acall(completions, **kwargs)
+        return await asyncio.to_thread(self.reward, completions, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole episodes
+# ---------------------------------------------------------------------------------------------
+
+# Ends that mean the user gave up: the dialogue did not survive.
+GAVE_UP = ("patience", "user_lost_patience", "user_hung_up")
+
+
+def survived(episode: Episode) -> bool:
+    """True unless the user gave up (patience ran out, the caller lost patience or hung up)."""
+    return episode.done_reason not in GAVE_UP
+
+
+def episode_return(turn_rewards: Sequence[float], discount: float = 1.0) -> float:
+    """The discounted sum of turn rewards: sum over t of discount**t * r_t."""
+    return float(sum(r * discount**t for t, r in enumerate(turn_rewards)))
+
+
+class EpisodeReturn:
+    """Reward for trainers that roll out whole episodes: an episode's discounted return, plus survival.
+
+    Reads the column `episode` (an ifgym `Episode`, its JSON dict or JSON string: what a rollout
+    function that plays the env returns as an extra field): reward = sum_t discount**t * r_t over
+    the episode's recorded turn rewards (the env's rewards, FlexBench's end-of-call term
+    included) + `survival_bonus` when the user did not give up (`survived`). Divided by the number
+    of turns when `per_turn=True` (a mean that long episodes cannot inflate). An episode without
+    turns is None.
+    """
+
+    def __init__(self, discount: float = 1.0, survival_bonus: float = 0.0, per_turn: bool = False):
+        for name, value in (("discount", discount), ("survival_bonus", survival_bonus)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ConfigError(f"EpisodeReturn {name} must be a finite number, got {value!r}")
+        if not 0 < discount <= 1:
+            raise ConfigError(f"EpisodeReturn discount must be in (0, 1], got {discount!r}")
+        self.discount = float(discount)
+        self.survival_bonus = float(survival_bonus)
+        self.per_turn = bool(per_turn)
+        self.__name__ = "ifgym_episode_return"
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeReturn(discount={self.discount}, survival_bonus={self.survival_bonus}, per_turn={self.per_turn})"
+        )
+
+    def score(self, episode: Episode) -> float | None:
+        """The reward of one episode."""
+        rewards = [t.reward for t in episode.turns]
+        if not rewards:
+            return None
+        value = episode_return(rewards, self.discount)
+        if self.per_turn:
+            value /= len(rewards)
+        return value + (self.survival_bonus if survived(episode) else 0.0)
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """One reward per completion, from the episode in the same row of `kwargs["episode"]`."""
+        column = _column(kwargs, "episode", len(completions), "per sample the ifgym Episode the completion played")
+        out: list[float | None] = []
+        for i, raw in enumerate(column):
+            if not isinstance(raw, Episode):
+                data = _json_value(raw, i, "episode")
+                if not isinstance(data, Mapping):
+                    raise DataFormatError(
+                        f"sample {i}: 'episode' must be an ifgym Episode or its JSON, got {raw!r:.80}"
+                    )
+                try:
+                    raw = Episode.from_json(data)
+                except (KeyError, TypeError) as err:
+                    raise DataFormatError(f"sample {i}: 'episode' is not an ifgym Episode's JSON ({err!r})") from None
+            out.append(self.score(raw))
+        return out
+
+
+class LengthFloor:
+    """Wraps a reward: a completion of fewer than `min_words` words gets 0, whatever the wrapped reward says.
+
+    A guard against the cheapest way to meet format rules (an almost empty reply meets "start with
+    'Sure'", "no commas" and "lowercase" at once). Words are whitespace-separated tokens. Named
+    after the wrapped reward; picklable when it is.
+    """
+
+    def __init__(self, reward: Any, min_words: int):
+        if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 1:
+            raise ConfigError(f"LengthFloor min_words must be an int >= 1, got {min_words!r}")
+        self.reward = reward
+        self.min_words = min_words
+        self.__name__ = f"{getattr(reward, '__name__', type(reward).__name__)}_min{min_words}w"
+
+    def __repr__(self) -> str:
+        return f"LengthFloor({self.reward!r}, min_words={self.min_words})"
+
+    def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
+        """The wrapped reward, with 0 for every completion under the floor."""
+        values = self.reward(completions, **kwargs)
+        short = [len(_completion_text(c, i).split()) < self.min_words for i, c in enumerate(completions)]
+        return [0.0 if s else v for s, v in zip(short, values, strict=True)]

@@ -126,7 +126,9 @@ def test_export_prompts(tmp_path, capsys):
         == 0
     )
     rows = tmp_path / "rows.jsonl"
-    assert main(["export-prompts", str(out), str(rows)]) == 0
+    capsys.readouterr()
+    assert main(["export", "prompts", str(out), str(rows)]) == 0
+    assert capsys.readouterr().out.strip().startswith(f"wrote 3 prompts rows to {rows}")
     lines = [json.loads(line) for line in rows.read_text().splitlines()]
     assert len(lines) == 3 and lines[0]["prompt"][-1]["role"] == "user"
 

@@ -75,8 +75,11 @@ def test_every_mistake_is_one_clear_line(folder, capsys, overrides, fragment):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["export-prompts", "{folder}", "out.jsonl"], "episodes file '{folder}' is a folder"),
-        (["export-prompts", "{folder}/none.jsonl", "out.jsonl"], "no episodes there"),
+        (["export", "prompts", "{folder}", "out.jsonl"], "episodes file '{folder}' is a folder"),
+        (["export", "prompts", "{folder}/none.jsonl", "out.jsonl"], "no episodes there"),
+        (["export", "promts", "{folder}/none.jsonl", "out.jsonl"], "Did you mean 'prompts'?"),
+        (["export", "sft", "{folder}/none.jsonl", "out.jsonl", "min_reward=high"], "min_reward takes a number"),
+        (["export", "sft", "{folder}/none.jsonl", "out.jsonl", "margin=0.2"], "sft takes min_reward"),
         (["evl"], "unknown command 'evl'. Did you mean 'eval'?"),
     ],
 )

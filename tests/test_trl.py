@@ -1,4 +1,4 @@
-"""ConstraintReward (TRL reward_funcs signature) and the episode -> prompt-row export."""
+"""ConstraintReward (TRL reward_funcs signature): EvolIF's rule constraints."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import pickle
 
 import pytest
 
-from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.errors import ConfigError, ConstraintParamsError, DataFormatError, UnknownNameError
-from ifgym.rewards.constraints import Constraint
-from ifgym.rewards.trl import ConstraintReward, export_prompt_rows, write_prompt_rows
+from ifgym.rewards.trl import ConstraintReward
 
 SHORT = {"id": "length.words", "params": {"relation": "less_than", "n": 5}}
 LOWER = {"id": "case.lower", "params": {}}
@@ -121,57 +119,6 @@ def test_bad_params_name_the_field():
 def test_bad_mode_suggests_the_closest():
     with pytest.raises(UnknownNameError, match="Did you mean 'fraction'"):
         ConstraintReward(mode="fractoin")
-
-
-def _episode():
-    words = Constraint.from_json(SHORT)
-    lower = Constraint.from_json(LOWER)
-    t0 = TurnRecord(0, "Say hi.", TurnSpec((words,)), "hi", [Verdict("yes")], [Verdict("yes")], 1.0)
-    t1 = TurnRecord(1, "Now in lowercase.", TurnSpec((words, lower)), "Hi", [Verdict("yes"), Verdict("no")], [], 0.5)
-    return Episode("ep-1", "ifgym/EvolIF-v1", 3, [t0, t1], "max_turns", system_prompt="Be brief.")
-
-
-def test_export_rows_are_conversational_prompts():
-    rows = export_prompt_rows([_episode()])
-    assert [r["turn"] for r in rows] == [0, 1]
-    assert {r["episode_id"] for r in rows} == {"ep-1"}
-    assert rows[0]["prompt"] == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Say hi."},
-    ]
-    # the second prompt replays the first turn with the recorded reply
-    assert rows[1]["prompt"] == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Say hi."},
-        {"role": "assistant", "content": "hi"},
-        {"role": "user", "content": "Now in lowercase."},
-    ]
-    assert json.loads(rows[1]["constraints"]) == [SHORT, LOWER]
-
-
-def test_export_rows_keep_dicts_on_request():
-    rows = export_prompt_rows([_episode()], constraints_as_json=False)
-    assert rows[1]["constraints"] == [SHORT, LOWER]
-
-
-def test_exported_rows_feed_the_reward():
-    rows = export_prompt_rows([_episode()])
-    out = ConstraintReward()(["hi", "Hi"], constraints=[r["constraints"] for r in rows])
-    # row 0: words only -> 1.0; row 1: words yes, lowercase no -> 0.5
-    assert out == [1.0, 0.5]
-
-
-def test_write_prompt_rows_jsonl(tmp_path):
-    path = tmp_path / "out" / "rows.jsonl"
-    assert write_prompt_rows([_episode(), _episode()], path) == 4
-    lines = path.read_text(encoding="utf-8").splitlines()
-    assert [json.loads(line) for line in lines] == export_prompt_rows([_episode(), _episode()])
-
-
-def test_export_without_system_prompt_starts_with_user():
-    ep = _episode()
-    ep.system_prompt = None
-    assert export_prompt_rows([ep])[0]["prompt"] == [{"role": "user", "content": "Say hi."}]
 
 
 def test_evolif_semantics_scores_as_evolifs_evaluator():
