@@ -159,14 +159,19 @@ def _completion_text(completion: Any, index: int) -> str:
 
 
 def _parse_constraints(raw: Any, index: int) -> tuple[Constraint, ...]:
+    return _parse_column(raw, index, "constraints", _constraints_from_string, _constraints_from_list)
+
+
+def _parse_column(raw: Any, index: int, name: str, from_string: Any, from_list: Any) -> Any:
+    """A column entry given as a JSON string (parsed once, cached) or as a list; errors name the sample."""
     if isinstance(raw, str):
         try:
-            return _constraints_from_string(raw)
+            return from_string(raw)
         except json.JSONDecodeError as err:
-            raise DataFormatError(f"sample {index}: 'constraints' is not valid JSON ({err})") from None
+            raise DataFormatError(f"sample {index}: {name!r} is not valid JSON ({err})") from None
         except DataFormatError as err:
             raise DataFormatError(f"sample {index}: {err}") from None
-    return _constraints_from_list(raw, index)
+    return from_list(raw, index)
 
 
 # GRPO scores several completions per prompt, so the same constraints string comes back again and
@@ -250,14 +255,7 @@ def _checklist_from_list(raw: Any, index: int | None) -> tuple[ChecklistItem, ..
 
 
 def _parse_checklist(raw: Any, index: int) -> tuple[ChecklistItem, ...]:
-    if isinstance(raw, str):
-        try:
-            return _checklist_from_string(raw)
-        except json.JSONDecodeError as err:
-            raise DataFormatError(f"sample {index}: 'checklist' is not valid JSON ({err})") from None
-        except DataFormatError as err:
-            raise DataFormatError(f"sample {index}: {err}") from None
-    return _checklist_from_list(raw, index)
+    return _parse_column(raw, index, "checklist", _checklist_from_string, _checklist_from_list)
 
 
 class ChecklistReward:
