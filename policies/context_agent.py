@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from ifgym.answers import json_object
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import Message
 from ifgym.policies.base import Policy
@@ -59,7 +60,6 @@ from ifgym.policies.wrapper import (
     WrapperPolicy,
     check_int,
     clip,
-    parse_json_object,
     resolve_light,
     split_transcript,
 )
@@ -319,7 +319,7 @@ class ContextAgent(WrapperPolicy):
         out = yield LightCall(
             [{"role": "system", "content": TOPIC_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
         )
-        data = parse_json_object(out.text)
+        data = json_object(out.text)
         decision = _decision(data, TOPIC_DECISIONS)
         if decision == "switch":
             target = data.get("topic")
@@ -377,7 +377,7 @@ class ContextAgent(WrapperPolicy):
             ]
         )
         out = yield LightCall([{"role": "system", "content": BRANCH_SYSTEM}, {"role": "user", "content": prompt}])
-        decision = _decision(parse_json_object(out.text), BRANCH_DECISIONS)
+        decision = _decision(json_object(out.text), BRANCH_DECISIONS)
         if decision is None:
             self.stats["branch_defaults"] += 1
             decision = "continue"
@@ -423,7 +423,7 @@ class ContextAgent(WrapperPolicy):
             f"Assistant: {clip(node.reply, self.summary_chars)}"
         )
         out = yield LightCall([{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": prompt}])
-        data = parse_json_object(out.text)
+        data = json_object(out.text)
         summary = data.get("summary") if data is not None else None
         topic_summary = data.get("topic_summary") if data is not None else None
         if not isinstance(summary, str) or not summary.strip():

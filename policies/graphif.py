@@ -64,6 +64,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ifgym.answers import item_number, json_object
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import Message
 from ifgym.policies.base import Policy
@@ -76,7 +77,6 @@ from ifgym.policies.wrapper import (
     check_choice,
     check_int,
     clip,
-    parse_json_object,
     resolve_light,
     split_transcript,
 )
@@ -381,23 +381,14 @@ Answer with JSON only: {"reply": "<the complete revised answer>"}"""
 # Reading the light model's answers
 # ---------------------------------------------------------------------------------------------
 
-_TURN_RE = re.compile(r"^\s*(?:turn\s*)?#?\s*(\d+)\s*$", re.IGNORECASE)
-
 
 def _turn_numbers(value: Any, limit: int) -> tuple[int, ...] | None:
     """Turn numbers in 1..limit from a list (or a single value); None when any entry is unreadable."""
     items = value if isinstance(value, list) else [] if value is None else [value]
     out: set[int] = set()
     for item in items:
-        if isinstance(item, bool):
-            return None
-        if isinstance(item, int):
-            number = item
-        elif isinstance(item, float) and item.is_integer():
-            number = int(item)
-        elif isinstance(item, str) and _TURN_RE.match(item):
-            number = int(_TURN_RE.match(item).group(1))
-        else:
+        number = item_number(item, r"(?:turn\s*)?#?")
+        if number is None:
             return None
         if not 1 <= number <= limit:
             return None  # a turn that does not exist (or the current one): the location is wrong
@@ -418,20 +409,9 @@ def _text(value: Any) -> str:
     return " ".join(value.split())
 
 
-_RULE_ID_RE = re.compile(r"^\s*(?:rule\s*)?[#r]?\s*(\d+)\s*$", re.IGNORECASE)
-
-
 def _rule_id(value: Any) -> int | None:
     """A rule number from 3, 3.0, "3", "rule 3", "R3" or "#3"; None for anything else (null included)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and _RULE_ID_RE.match(value):
-        return int(_RULE_ID_RE.match(value).group(1))
-    return None
+    return item_number(value, r"(?:rule\s*)?[#r]?")
 
 
 def _kind(value: Any) -> str:
@@ -577,7 +557,7 @@ class GraphIF(WrapperPolicy):
             system_prompt = FAST_SYSTEM if self.extraction == "fast" else SINGLE_SYSTEM
             view = self._view(exchanges, node, other_topics=True)  # one call: the pointer cannot move first
             out = yield LightCall([{"role": "system", "content": system_prompt}, {"role": "user", "content": view}])
-            data = parse_json_object(out.text)
+            data = json_object(out.text)
             if data is None or not isinstance(data.get("relations"), list):
                 self.stats["extraction_failures"] += 1
             if data is not None and self.extraction == "fast":
@@ -606,7 +586,7 @@ class GraphIF(WrapperPolicy):
             rewrite=True,
         )
         self.stats["rewrites"] += 1
-        data = parse_json_object(out)
+        data = json_object(out)
         reply = data.get("reply") if data is not None else None
         if not isinstance(reply, str) or not reply.strip():
             self.stats["rewrite_fallbacks"] += 1
@@ -622,7 +602,7 @@ class GraphIF(WrapperPolicy):
         out = yield LightCall(
             [{"role": "system", "content": INTENTION_SYSTEM}, {"role": "user", "content": self._view(exchanges, node)}]
         )
-        data = parse_json_object(out.text)
+        data = json_object(out.text)
         node.intention = _text(data.get("intention")) if data is not None else ""
         tried: set[str] = set()
         notebook = self.graph.notebook.setdefault(t, [])
@@ -633,7 +613,7 @@ class GraphIF(WrapperPolicy):
                     {"role": "user", "content": self._view(exchanges, node, notebook=notebook)},
                 ]
             )
-            data = parse_json_object(out.text)
+            data = json_object(out.text)
             action = _kind(data.get("action")) if data is not None else ""
             if action not in RELATIONS:
                 if action != DONE:
@@ -648,7 +628,7 @@ class GraphIF(WrapperPolicy):
                     {"role": "user", "content": self._view(exchanges, node, notebook=notebook)},
                 ]
             )
-            data = parse_json_object(out.text)
+            data = json_object(out.text)
             rel = read_relation(data, action, t) if data is not None else None
             if rel is None:
                 self.stats["dropped_relations"] += 1

@@ -35,15 +35,11 @@ transcript: the env's system messages, or else the base policy's own `system_pro
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import time
 from abc import abstractmethod
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import json_repair
 
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import Completion, LLMConfig, Message, aconverse, converse, make_client, validate_messages, word_count
@@ -155,40 +151,6 @@ def cost_summary(costs: Sequence[TurnCost]) -> dict[str, float]:
     out["seconds_per_turn"] = mean([c.seconds for c in costs])
     out["estimated_calls"] = sum(c.estimated_calls for c in costs)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Light-model output
-# ---------------------------------------------------------------------------------------------
-
-_FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def parse_json_object(text: str) -> dict[str, Any] | None:
-    """The first JSON object in a model's answer, or None when there is none.
-
-    Tries, in order: the whole text, fenced blocks and the outermost braces as strict JSON; then
-    the same through `json_repair` (truncated answers, single quotes, trailing commas). Never
-    raises; a top-level value that is not an object (a list, a bare string) counts as none.
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    fenced = [m.group(1) for m in _FENCE_RE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    braced = [text[start : end + 1]] if start != -1 and end > start else []
-    tail = [text[start:]] if start != -1 else []  # keeps a truncated tail the last-brace cut would drop
-    for candidate in [text, *fenced, *braced]:
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(data, dict):
-            return data
-    for candidate in [*fenced, *braced, *tail]:
-        data = json_repair.loads(candidate)
-        if isinstance(data, dict):
-            return data
-    return None
 
 
 def resolve_light(light: Any) -> Any:

@@ -95,21 +95,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import json_repair
-
+from ifgym.answers import defang, extract_json, item_number, item_problems, json_object, place
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError, did_you_mean
 from ifgym.files import read_json_file
 from ifgym.llm import Conversation, aconverse, converse
-from ifgym.rewards.judge import (
-    _FENCE_RE,
-    _decode,
-    _defang,
-    _entries,
-    ask_until_complete,
-    item_number,
-    quote_found,
-)
+from ifgym.rewards.judge import ask_until_complete, quote_found, unplaced_note
 from ifgym.rewards.scorer import Scores
 
 __all__ = [
@@ -804,6 +795,7 @@ class _LabelParse:
     labels: dict[int, tuple[str | None, str]] = field(default_factory=dict)  # item -> (label or None, reason)
     problems: list[str] = field(default_factory=list)
     evidence: dict[int, Any] = field(default_factory=dict)  # item -> the words it quotes (evidence mode)
+    unplaced: int = 0  # answers without an item number that could not be placed (ifgym.answers.place)
 
     def covers(self, n: int) -> int:
         """How many of items 1..n have an entry (an unreadable label counts)."""
@@ -819,16 +811,31 @@ def _coerce_label(value: Any) -> str | None:
     return None
 
 
+def _label_entries(data: Any) -> list[tuple[Any, Any]] | None:
+    """(item or dimension id, or None for "by position"; entry) pairs from a decoded answer."""
+    if isinstance(data, Mapping):
+        entries = data.get("scores", data.get("items"))
+        if isinstance(entries, list):
+            return [(None, e) for e in entries]
+        if isinstance(entries, Mapping):  # {"items": {"1": "yes", "d2": "no"}}
+            return list(entries.items())
+        return None
+    if isinstance(data, list) and data and all(isinstance(e, Mapping) for e in data):
+        return [(None, e) for e in data]
+    return None
+
+
 def parse_labels(text: str, ids: Sequence[str]) -> _LabelParse:
-    """Read the judge's answer for dimensions `ids` (items 1..n, or by dimension id). Never raises."""
-    n = len(ids)
-    out = _LabelParse()
-    data = _decode(text)
-    entries = _entries(data) if data is not None else None
+    """Read the judge's answer for dimensions `ids` (items 1..n, or by dimension id). Never raises.
+
+    Entries go to items by `ifgym.answers.place`: by their item number or dimension id, else by
+    position only when there are exactly n entries.
+    """
+    entries = _label_entries(extract_json(text, lambda data: _label_entries(data) is not None))
     if entries is None:
-        out.problems.append('no JSON object with an "items" list was found')
-        return out
-    for position, (key, entry) in enumerate(entries, start=1):
+        return _LabelParse(problems=['no JSON object with an "items" list was found'])
+    answers: list[tuple[int | None, tuple[str | None, str, Any] | None]] = []
+    for key, entry in entries:
         if isinstance(entry, Mapping):
             raw_item = entry.get("item", entry.get("id", key))
             value = entry.get("label", entry.get("verdict", entry.get("answer")))
@@ -836,29 +843,21 @@ def parse_labels(text: str, ids: Sequence[str]) -> _LabelParse:
             evidence = entry.get("evidence", entry.get("quote"))
         else:  # {"items": {"1": "yes"}}
             raw_item, value, reason, evidence = key, entry, "", None
-        item = ids.index(raw_item) + 1 if isinstance(raw_item, str) and raw_item in ids else None
-        if item is None:
-            item = item_number(raw_item) if raw_item is not None else position
-        if value is None or item is None:
-            continue
-        if item not in out.labels:
-            out.labels[item] = (_coerce_label(value), reason if _coerce_label(value) else f"unreadable label {value!r}")
-            out.evidence[item] = evidence
-    missing = [i for i in range(1, n + 1) if i not in out.labels]
-    extra = sorted(i for i in out.labels if not 1 <= i <= n)
-    if missing:
-        out.problems.append(f"no label for item(s) {', '.join(map(str, missing))}")
-    if extra:
-        out.problems.append(f"item(s) {', '.join(map(str, extra))} do not exist (there are {n})")
+        item = ids.index(raw_item) + 1 if isinstance(raw_item, str) and raw_item in ids else item_number(raw_item)
+        label = _coerce_label(value)
+        answers.append(
+            (item, None if value is None else (label, reason if label else f"unreadable label {value!r}", evidence))
+        )
+    placed = place(answers, len(ids))
+    out = _LabelParse(problems=item_problems(placed, "label"), unplaced=placed.unplaced)
+    for item, (label, reason, evidence) in placed.items.items():
+        out.labels[item] = (label, reason)
+        out.evidence[item] = evidence
     return out
 
 
 # Copies of the prompt's own tags inside the dialogue are defanged, so a message cannot close its block.
-_OWN_TAG_RE = re.compile(r"<\s*(/?)\s*(transcript|item)\b([^>]*)>", re.IGNORECASE)
-
-
-def _defang_all(text: str) -> str:
-    return _OWN_TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}{m.group(3)}]", _defang(text))
+TAGS = ("reply", "request", "transcript", "item")
 
 
 def render_trace(trace: Trace) -> str:
@@ -869,15 +868,17 @@ def render_trace(trace: Trace) -> str:
             who = "AGENT (fixed opening line)" if m.get("scripted") else "AGENT"
         else:
             who = "CALLER"
-        lines.append(f"[{i}] {who}: {_defang_all(str(m.get('content', '')))}")
+        lines.append(f"[{i}] {who}: {defang(str(m.get('content', '')), TAGS)}")
     return "\n".join(lines)
 
 
 class LLMDimensionJudge:
     """Per-dimension verdicts over the whole trace from a judge model, in one call per trace.
 
-    Answers that leave items out are re-asked up to `max_retries` times; items still missing or
-    with unreadable labels are unknown (counted in `.stats["unparsed"]`), never yes or no. The
+    Answers go to dimensions by item number or dimension id; entries with neither are placed by
+    position only when there is one per dimension (`ifgym.answers.place`). Answers that leave items
+    out are re-asked up to `max_retries` times; items still missing or with unreadable labels are
+    unknown (counted in `.stats["unparsed"]`), never yes or no. The
     model reports yes / no / skipped / unknown; "skipped" becomes unknown for a base action (not
     attempted) and an always-on rule, and no for a branch (its condition held and it was not done),
     so the labels mean what `RuleJudge`'s mean (counted in `.stats["skipped"]`).
@@ -947,9 +948,10 @@ class LLMDimensionJudge:
             count=self._count,
         )
         agent = "\n".join(text for _, text in _agent_messages(trace))
+        missing = f"judge gave no label after {attempts} call(s){unplaced_note(best.unplaced)}"
         verdicts = []
         for i, d in enumerate(dims.dimensions, start=1):
-            label, reason = best.labels.get(i, (None, f"judge gave no label after {attempts} call(s)"))
+            label, reason = best.labels.get(i, (None, missing))
             if self.mode == "evidence" and label == "yes" and d.kind != "always":
                 quote = best.evidence.get(i)
                 if quote_found(quote, agent):
@@ -1328,23 +1330,6 @@ _PIPELINE_SYSTEM = (
 )
 
 
-def _json_object(text: str) -> Mapping[str, Any] | None:
-    """The first JSON object in a model answer (fenced, wrapped in prose, or broken), else None."""
-    fenced = [m.group(1) for m in _FENCE_RE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    candidates = [*fenced, text[start : end + 1] if 0 <= start < end else "", text[start:] if start >= 0 else ""]
-    for candidate in candidates:
-        if not candidate.strip():
-            continue
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            data = json_repair.loads(candidate)
-        if isinstance(data, Mapping):
-            return data
-    return None
-
-
 def _norm(text: str) -> str:
     text = text.replace("\u201c", '"').replace("\u201d", '"').replace("\u2019", "'").replace("\u2018", "'")
     return " ".join(text.lower().split())
@@ -1499,7 +1484,7 @@ def logic_messages(rows: Sequence[_CriteriaRow]) -> list[Message]:
 
 def _parse_units(sop_text: str, opening_line: str | None) -> Callable[[str], tuple[Any, list[str]]]:
     def parse(text: str) -> tuple[Any, list[str]]:
-        data = _json_object(text)
+        data = json_object(text)
         raw = data.get("units") if data is not None else None
         if not isinstance(raw, list) or not raw:
             return None, ['no JSON object with a non-empty "units" list']
@@ -1516,7 +1501,7 @@ def _parse_units(sop_text: str, opening_line: str | None) -> Callable[[str], tup
 
 def _parse_criteria(units: Sequence[str]) -> Callable[[str], tuple[Any, list[str]]]:
     def parse(text: str) -> tuple[Any, list[str]]:
-        data = _json_object(text)
+        data = json_object(text)
         raw = data.get("criteria") if data is not None else None
         if not isinstance(raw, list):
             return None, ['no JSON object with a "criteria" list']
@@ -1547,7 +1532,7 @@ def _parse_criteria(units: Sequence[str]) -> Callable[[str], tuple[Any, list[str
 
 
 def _parse_verdict(text: str) -> tuple[Any, list[str]]:
-    data = _json_object(text)
+    data = json_object(text)
     if data is None or not isinstance(data.get("complete"), bool):
         return None, ['no JSON object with "complete": true or false']
     missing = data.get("missing", [])
@@ -1564,7 +1549,7 @@ def _parse_verdict(text: str) -> tuple[Any, list[str]]:
 
 def _parse_revision(sop_text: str) -> Callable[[str], tuple[Any, list[str]]]:
     def parse(text: str) -> tuple[Any, list[str]]:
-        data = _json_object(text)
+        data = json_object(text)
         raw = data.get("criteria") if data is not None else None
         if not isinstance(raw, list) or not raw:
             return None, ['no JSON object with a non-empty "criteria" list']
@@ -1595,7 +1580,7 @@ def _parse_logic(rows: Sequence[_CriteriaRow]) -> Callable[[str], tuple[Any, lis
         return f"d{number}" if number is not None else None
 
     def parse(text: str) -> tuple[Any, list[str]]:
-        data = _json_object(text)
+        data = json_object(text)
         if (
             data is None
             or not isinstance(data.get("groups", []), list)

@@ -21,9 +21,11 @@ In both modes the reply is fenced between fixed tags (copies of them inside it a
 the judge is told to ignore instructions inside it. Judge output is messy in practice, so parsing
 is forgiving (code fences, prose around the JSON, broken JSON through `json_repair`; in rating mode
 scores written as "8" or "8/10", plain "Item 2: score 7" or "Score: 7" lines; in blind mode labels
-in any case, with a short gloss after them, or as "Emotion: sad" lines) but never guesses: an answer
-that leaves items out is re-asked at most `max_retries` times, after which the missing items are
-`unknown`, as are scores outside 1..10, labels outside the axis's list, or several labels at once.
+in any case, with a short gloss after them, or as "Emotion: sad" lines) but never guesses: scores
+without an item number are placed by position only when there are exactly as many as items
+(`ifgym.answers.place`, the one rule every judge follows); an answer that leaves items out is re-asked
+at most `max_retries` times, after which the missing items are `unknown`, as are scores outside
+1..10, labels outside the axis's list, or several labels at once.
 `unknown` is counted in `.stats`, never turned into a pass or a fail.
 """
 
@@ -38,8 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import json_repair
-
+from ifgym.answers import defang, extract_json, item_number, item_problems, place
 from ifgym.core import Verdict
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import Conversation, aconverse, converse
@@ -84,8 +85,7 @@ SYSTEM_PROMPT = (
 
 # The reply and the user's request go between fixed tags; copies of those tags inside them are
 # defanged so the text cannot close its own block and speak to the judge.
-_TAG_RE = re.compile(r"<\s*(/?)\s*(reply|request)\s*>", re.IGNORECASE)
-_FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
+TAGS = ("reply", "request")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
 _SCALE = r"(?:\s*(?:/|out\s+of)\s*(\d+(?:\.\d+)?))?"
 # "8", "8/10", "Score: 8", "7/10 - fairly formal", "8 (clearly upbeat)"; not "7 or 8", not "7-8"
@@ -124,10 +124,14 @@ class ItemScore:
 
 @dataclass
 class JudgeParse:
-    """What could be read from one judge answer: scores by item number (1-based) and what was wrong."""
+    """What could be read from one judge answer: scores by item number (1-based) and what was wrong.
+
+    `unplaced` counts answers without an item number that were not placed (see `ifgym.answers.place`).
+    """
 
     scores: dict[int, ItemScore] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    unplaced: int = 0
 
     def covers(self, n: int) -> int:
         """How many of items 1..n have an entry."""
@@ -158,20 +162,6 @@ def _coerce_score(value: Any) -> ItemScore:
     return ItemScore(number)
 
 
-def item_number(value: Any) -> int | None:
-    """An item number from a judge's answer: 3, 3.0, "3", "item 3", "#3", "question 3", "Q3"; else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        m = re.fullmatch(r"\s*(?:item|question|q)?\s*#?\s*(\d+)\s*", value, re.IGNORECASE)
-        return int(m.group(1)) if m else None
-    return None
-
-
 def _entries(data: Any) -> list[tuple[Any, Any]] | None:
     """(item, entry) pairs from a decoded answer; item None means "by position"."""
     if isinstance(data, Mapping):
@@ -186,84 +176,53 @@ def _entries(data: Any) -> list[tuple[Any, Any]] | None:
     return None
 
 
-def _decode(text: str) -> Any:
-    """Find the first JSON value in `text` that looks like a score list; None when there is none."""
-    fenced = [m.group(1) for m in _FENCE_RE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    braced = [text[start : end + 1]] if start != -1 and end > start else []
-    # json_repair reads one value and ignores prose after it, so the text from the first brace on
-    # keeps a truncated tail that the cut at the last brace would drop
-    tail = [text[start:]] if start != -1 else []
-    for candidate in [text, *fenced, *braced]:  # well-formed JSON first
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if _entries(data) is not None:
-            return data
-    for candidate in [*fenced, *tail, *braced, text]:  # then broken JSON: truncated, single quotes, ...
-        data = json_repair.loads(candidate)
-        if _entries(data) is not None:
-            return data
-    return None
-
-
-def _from_lines(text: str) -> JudgeParse | None:
-    """Read scores from prose lines: "Item 2: 7/10" with numbers, else "Score: 7" lines in order."""
-    found = [(int(m.group(1)), m.group(2), m.group(3)) for m in _ITEM_LINE_RE.finditer(text)]
+def _from_lines(text: str) -> list[tuple[int | None, ItemScore]] | None:
+    """Scores from prose lines: "Item 2: 7/10" lines by number, else "Score: 7" lines (no number: in order)."""
+    found: list[tuple[int | None, str, str | None]] = [
+        (int(m.group(1)), m.group(2), m.group(3)) for m in _ITEM_LINE_RE.finditer(text)
+    ]
     if not found:
-        found = [(i, m.group(1), m.group(2)) for i, m in enumerate(_SCORE_LINE_RE.finditer(text), start=1)]
+        found = [(None, m.group(1), m.group(2)) for m in _SCORE_LINE_RE.finditer(text)]
     if not found:
         return None
-    parse = JudgeParse()
-    for item, number, scale in found:
-        written = f"{number}/{scale}" if scale else number
-        if item not in parse.scores:
-            parse.scores[item] = _coerce_score(written)
-    return parse
+    return [(item, _coerce_score(f"{number}/{scale}" if scale else number)) for item, number, scale in found]
+
+
+def _from_json(data: Any) -> list[tuple[int | None, ItemScore | None]] | None:
+    """(item number or None, score or None) per entry of a decoded answer; None when it holds no score list."""
+    entries = _entries(data) if data is not None else None
+    if entries is None:
+        return None
+    out: list[tuple[int | None, ItemScore | None]] = []
+    for key, entry in entries:
+        item = item_number(key) if key is not None else None
+        if isinstance(entry, Mapping):
+            if "item" in entry:
+                item = item_number(entry["item"])
+            if "score" not in entry:  # cut off before its score: missing, re-asked
+                out.append((item, None))
+                continue
+            score = _coerce_score(entry["score"])
+            reason = entry.get("reason", "")
+            out.append((item, ItemScore(score.score, str(reason) if reason is not None else "", score.error)))
+        else:  # {"scores": {"1": 8}} or {"scores": [8, 3]}
+            out.append((item, _coerce_score(entry)))
+    return out
 
 
 def parse_scores(text: str, n: int) -> JudgeParse:
     """Read a judge answer for `n` items. Never raises; problems (missing/extra items) are listed.
 
-    An entry without a score counts as missing (a truncated answer), so it is re-asked.
+    An entry without a score counts as missing (a truncated answer), so it is re-asked. Entries go
+    to items by `ifgym.answers.place` (no item number: by position only when there are exactly n).
     """
-    parse = JudgeParse()
-    data = _decode(text)
-    entries = _entries(data) if data is not None else None
-    if entries is None:
-        lines = _from_lines(text)
-        if lines is None:
-            parse.problems.append("no JSON object with a 'scores' list was found")
-            return parse
-        parse = lines
-    else:
-        for position, (key, entry) in enumerate(entries, start=1):
-            if isinstance(entry, Mapping):
-                item = item_number(entry["item"]) if "item" in entry else None
-                if item is None:
-                    item = item_number(key) if key is not None else position
-                if "score" not in entry:
-                    continue
-                score = _coerce_score(entry["score"])
-                reason = entry.get("reason", "")
-                score = ItemScore(score.score, str(reason) if reason is not None else "", score.error)
-            else:  # {"scores": {"1": 8}}
-                item = item_number(key) if key is not None else position
-                score = _coerce_score(entry)
-            if item is not None and item not in parse.scores:
-                parse.scores[item] = score
-    missing = [i for i in range(1, n + 1) if i not in parse.scores]
-    extra = sorted(i for i in parse.scores if not 1 <= i <= n)
-    if missing:
-        parse.problems.append(f"no score for item(s) {', '.join(map(str, missing))}")
-    if extra:
-        parse.problems.append(f"item(s) {', '.join(map(str, extra))} do not exist (there are {n})")
-    return parse
-
-
-def _defang(text: str) -> str:
-    return _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
+    answers = _from_json(extract_json(text, lambda data: _entries(data) is not None))
+    if answers is None:
+        answers = _from_lines(text or "")
+    if answers is None:
+        return JudgeParse(problems=["no JSON object with a 'scores' list was found"])
+    placed = place(answers, n)
+    return JudgeParse(dict(placed.items), item_problems(placed, "score"), placed.unplaced)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -477,11 +436,7 @@ def parse_labels(text: str, axes: Sequence[str]) -> BlindParse:
     JSON (in or out of a fence, repaired when broken) with one key per axis, else "Emotion: sad" lines.
     """
     parse = BlindParse()
-    found = None
-    for candidate in _json_candidates(text or ""):
-        found = _axis_entries(candidate)
-        if found:
-            break
+    found = _axis_entries(extract_json(text, lambda data: bool(_axis_entries(data))))
     if not found:
         found = {}
         for axis, keys in _AXIS_KEYS.items():
@@ -500,22 +455,6 @@ def parse_labels(text: str, axes: Sequence[str]) -> BlindParse:
             allowed = ", ".join(AXES[axis][0])
             parse.problems.append(f'"{axis}" must be one of {allowed}, got {found[axis]!r:.60}')
     return parse
-
-
-def _json_candidates(text: str) -> list[Any]:
-    """Decoded JSON values in `text`: the whole text, fenced blocks, the outermost braces; repaired last."""
-    fenced = [m.group(1) for m in _FENCE_RE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    braced = [text[start : end + 1]] if start != -1 and end > start else []
-    out = []
-    for candidate in [text, *fenced, *braced]:
-        try:
-            out.append(json.loads(candidate))
-        except json.JSONDecodeError:
-            continue
-    for candidate in [*fenced, *([text[start:]] if start != -1 else [])]:
-        out.append(json_repair.loads(candidate))
-    return out
 
 
 class LLMJudge:
@@ -572,9 +511,9 @@ class LLMJudge:
         if request:
             parts.append(
                 "For context, the user's request the reply answers (do not grade it):\n"
-                f"<request>\n{_defang(request)}\n</request>"
+                f"<request>\n{defang(request, TAGS)}\n</request>"
             )
-        parts.append(f"The reply to grade:\n<reply>\n{_defang(reply)}\n</reply>")
+        parts.append(f"The reply to grade:\n<reply>\n{defang(reply, TAGS)}\n</reply>")
         n = len(constraints)
         parts.append(
             f'Return only the JSON object {{"scores": [...]}} with exactly {n} entr{"y" if n == 1 else "ies"}, '
@@ -592,7 +531,7 @@ class LLMJudge:
         keys = ", ".join(f'"{a}"' for a in axes)
         # the text comes after the questions: calls about the same axes share a prefix a local model can reuse
         body = (
-            "Questions:\n" + "\n".join(questions) + f"\n\nThe text:\n<reply>\n{_defang(reply)}\n</reply>\n\n"
+            "Questions:\n" + "\n".join(questions) + f"\n\nThe text:\n<reply>\n{defang(reply, TAGS)}\n</reply>\n\n"
             f"Return only the JSON object with the key{'s' if len(axes) > 1 else ''} {keys}, each set to one label."
         )
         return [{"role": "system", "content": BLIND_SYSTEM_PROMPT}, {"role": "user", "content": body}]
@@ -646,7 +585,7 @@ class LLMJudge:
             max_retries=self.max_retries,
             count=self._count,
         )
-        verdicts = [self._verdict(best.scores.get(i), i, attempts) for i in range(1, n + 1)]
+        verdicts = [self._verdict(best.scores.get(i), i, attempts, best.unplaced) for i in range(1, n + 1)]
         self._count("unknown", sum(v.label == "unknown" for v in verdicts))
         return verdicts
 
@@ -685,10 +624,9 @@ class LLMJudge:
         self._count("unknown", sum(v.label == "unknown" for v in verdicts))
         return verdicts
 
-    def _verdict(self, item: ItemScore | None, number: int, attempts: int) -> Verdict:
+    def _verdict(self, item: ItemScore | None, number: int, attempts: int, unplaced: int = 0) -> Verdict:
         if item is None:
-            reason = f"judge gave no score for item {number} after {attempts} call(s)"
-            return Verdict("unknown", reason, self.source)
+            return Verdict("unknown", unanswered("score", number, attempts, unplaced), self.source)
         if item.score is None:
             return Verdict("unknown", f"judge answer unusable for item {number}: {item.error}", self.source)
         label = "yes" if item.score > PASS_ABOVE else "no"
@@ -743,6 +681,20 @@ def ask_until_complete(
         count("retries")
         again = f"That answer could not be used: {'; '.join(parsed.problems)}. {instruction}"
         messages = [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": again}]
+
+
+def unanswered(noun: str, number: int, attempts: int, unplaced: int = 0) -> str:
+    """Why item `number` has no verdict: the judge never answered it, or its answers carried no item number."""
+    if not unplaced:
+        return f"judge gave no {noun} for item {number} after {attempts} call(s)"
+    return f"judge gave no numbered {noun} for item {number} after {attempts} call(s){unplaced_note(unplaced)}"
+
+
+def unplaced_note(unplaced: int) -> str:
+    """The clause a reason gets when answers without an item number could not be placed ("" when none)."""
+    if not unplaced:
+        return ""
+    return f"; its {unplaced} unnumbered answer(s) did not match the items one to one, so none was assigned by guess"
 
 
 def _axes(constraints: Sequence[Constraint]) -> list[str]:

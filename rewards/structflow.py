@@ -62,16 +62,17 @@ from typing import Any
 
 import numpy as np
 
+from ifgym.answers import defang, extract_json, item_number, item_problems, place, yes_no
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError, did_you_mean
 from ifgym.files import not_a_folder
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.constraints import check
-from ifgym.rewards.judge import ask_until_complete, item_number, quote_found
+from ifgym.rewards.judge import ask_until_complete, quote_found, unanswered
 from ifgym.rewards.questions import QuestionRule, question_rule
 from ifgym.rewards.scorer import Scores
 from ifgym.simulators.flows import ITEM_TYPES, TYPE_WEIGHTS, flow_from_json, turn_name
-from ifgym.simulators.structflow import TASKS, extract_json, task_name, user_type_name
+from ifgym.simulators.structflow import TASKS, task_name, user_type_name
 
 __all__ = [
     "CHECKLIST_MODES",
@@ -98,10 +99,6 @@ _LIST_KEYS = ("results", "judge result", "judge_result", "judgements", "judgment
 _VALUE_KEYS = ("judgement", "judgment", "answer", "verdict", "result", "label")
 _NUMBER_KEYS = ("item", "id", "index", "number", "question")
 _EVIDENCE_KEYS = ("evidence", "quote", "quotation")
-# "Yes", "**No**", "No, it is too long", "**No** - too long"; not "Not really", "No problem", "Yes and no"
-_YES_NO = re.compile(
-    r"[\s*_\"'`]*(yes|no)[*_\"'`]*(?:[\s*_\"'`.!]*|\s*[,.;:!\-\u2013\u2014(].*)", re.IGNORECASE | re.DOTALL
-)
 _LINE_RE = re.compile(
     r"^\s*(?:[-*]\s*)?(?:item|question|q)?\s*#?\s*(\d+)\s*[.:)\-\u2013\u2014]\s*[*_\"'`]*\s*(yes|no)\b",
     re.IGNORECASE | re.MULTILINE,
@@ -140,13 +137,8 @@ class JudgementParse:
 
 
 def _label(value: Any) -> Judgement:
-    if isinstance(value, bool):
-        return Judgement("yes" if value else "no")
-    if isinstance(value, str):
-        m = _YES_NO.fullmatch(value.strip())
-        if m:
-            return Judgement(m.group(1).lower())
-    return Judgement(None, error=f"judgement {value!r:.60} is not Yes or No")
+    label = yes_no(value)
+    return Judgement(label) if label else Judgement(None, error=f"judgement {value!r:.60} is not Yes or No")
 
 
 def _entries(data: Any) -> list[tuple[Any, Any]] | None:
@@ -215,21 +207,6 @@ def _json_answers(text: str) -> list[Answer] | None:
     return found
 
 
-def _place(answers: list[Answer], n: int) -> JudgementParse:
-    """Numbered answers go to their number; unnumbered ones by position, and only when the count is exactly n."""
-    parse = JudgementParse()
-    by_position = len(answers) == n
-    for position, (item, judged) in enumerate(answers, start=1):
-        if item is None:
-            if not by_position:
-                parse.unplaced += judged is not None
-                continue
-            item = position
-        if judged is not None:
-            parse.items.setdefault(item, judged)
-    return parse
-
-
 def parse_judgements(text: str, n: int) -> JudgementParse:
     """Read a judge answer for `n` items. Never raises; missing, extra or unusable items are listed as problems.
 
@@ -242,23 +219,16 @@ def parse_judgements(text: str, n: int) -> JudgementParse:
     readings = [r for r in (_json_answers(text or ""), _numbered_lines(text or ""), _bare_lines(text or "")) if r]
     if not readings:
         return JudgementParse(problems=['no JSON object with a "results" list was found'])
-    parses = [_place(r, n) for r in readings]
+    placements = [place(r, n) for r in readings]
+    parses = [JudgementParse(dict(p.items), [], p.unplaced) for p in placements]
     best = max(range(len(parses)), key=lambda i: parses[i].covers(n))  # the first of equals: JSON wins a tie
-    parse, answers = parses[best], len(readings[best])
-    if parse.unplaced:
-        parse.problems.append(
-            f"{answers} answers for {n} items, {parse.unplaced} of them without an item number, so they cannot be "
-            'matched to items; give every entry its "item" number'
-        )
-    missing = [i for i in range(1, n + 1) if i not in parse.items]
+    parse, placed = parses[best], placements[best]
+    problems = item_problems(placed, "answer")
     unusable = [i for i in range(1, n + 1) if i in parse.items and parse.items[i].label is None]
-    extra = sorted(i for i in parse.items if not 1 <= i <= n)
-    if missing:
-        parse.problems.append(f"no answer for item(s) {', '.join(map(str, missing))}")
-    if unusable:
-        parse.problems.append(f"item(s) {', '.join(map(str, unusable))} must be answered with Yes or No")
-    if extra:
-        parse.problems.append(f"item(s) {', '.join(map(str, extra))} do not exist (there are {n})")
+    if unusable:  # after the missing items, before the extra ones
+        at = len(problems) - bool(placed.extra)
+        problems.insert(at, f"item(s) {', '.join(map(str, unusable))} must be answered with Yes or No")
+    parse.problems = problems
     return parse
 
 
@@ -297,11 +267,11 @@ EVIDENCE_SYSTEM_PROMPT = (
 )
 CHECKLIST_MODES = ("evidence", "plain")
 DEFAULT_CHECKLIST_MODE = "plain"  # the mode measured best on the judge audit (see the README)
-_TAG_RE = re.compile(r"<\s*(/?)\s*(reply|request|history|item)\b[^>]*>", re.IGNORECASE)
+TAGS = ("reply", "request", "history", "item")  # the prompt's own tags, defanged in what goes between them
 
 
 def _defang(text: str) -> str:
-    return _TAG_RE.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
+    return defang(text, TAGS)
 
 
 def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], str, str]:
@@ -468,15 +438,8 @@ class ChecklistJudge:
 
     def _verdict(self, best: JudgementParse, number: int, attempts: int, reply: str) -> Verdict:
         judged = best.items.get(number)
-        if judged is None and best.unplaced:
-            return Verdict(
-                "unknown",
-                f"judge gave no numbered answer for item {number} after {attempts} call(s); its {best.unplaced} "
-                "unnumbered answer(s) did not match the items one to one, so none was assigned by guess",
-                self.source,
-            )
         if judged is None:
-            return Verdict("unknown", f"judge gave no answer for item {number} after {attempts} call(s)", self.source)
+            return Verdict("unknown", unanswered("answer", number, attempts, best.unplaced), self.source)
         if judged.label is None:
             return Verdict("unknown", f"judge answer unusable for item {number}: {judged.error}", self.source)
         if self.mode == "evidence" and judged.label == "yes":

@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import json_repair
 import numpy as np
 
+from ifgym.answers import json_object
 from ifgym.core import TurnSpec, UserTurn, Verdict
 from ifgym.errors import BackendError, ConfigError, DataFormatError, IfgymError, UnknownNameError, did_you_mean
 from ifgym.files import not_a_folder, read_json_file
@@ -627,22 +627,6 @@ class Persona:
 _Dialogue = Conversation[Any]
 
 
-def _json_object(text: str) -> Any:
-    """The first JSON object in a model answer (fences, prose around it and broken JSON tolerated), else None."""
-    start, end = text.find("{"), text.rfind("}")
-    candidates = [text[start : end + 1]] if 0 <= start < end else []
-    if start >= 0:
-        candidates.append(text[start:])  # a truncated tail
-    for candidate in candidates:
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            data = json_repair.loads(candidate)
-        if isinstance(data, Mapping):
-            return data
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Persona delta inference (reads the SOP; never the dimensions)
 # ---------------------------------------------------------------------------------------------
@@ -668,7 +652,7 @@ def delta_messages(sop: Sop) -> list[Message]:
 
 def parse_delta(text: str) -> PersonaDelta | None:
     """A PersonaDelta from a model answer, or None when the JSON or its fields are unusable."""
-    data = _json_object(text)
+    data = json_object(text)
     if data is None:
         return None
     try:
@@ -808,7 +792,7 @@ def _as_bool(value: Any) -> bool | None:
 
 def parse_end_check(text: str) -> EndCheck | None:
     """Read the end detector's JSON; None when none of the three fields is readable."""
-    data = _json_object(text)
+    data = json_object(text)
     if data is None:
         return None
     check = EndCheck(

@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import json_repair
 import numpy as np
 
+from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.constraints import Constraint
@@ -729,34 +729,21 @@ def _change_instruction(request: RenderRequest) -> str | None:
     return None
 
 
-def _parse_yes_no(text: str) -> bool | None:
-    match = re.match(r"^[\W_]*(yes|no)\b", text.strip().lower())
-    return None if match is None else match.group(1) == "yes"
-
-
-def _parse_checklist(text: str, n: int) -> list[bool] | None:
-    """Answers 1..n from the checker's JSON; None if anything is missing or not yes/no."""
-    start, end = text.find("{"), text.rfind("}")
-    candidate = text[start : end + 1] if 0 <= start < end else text
-    try:
-        data = json.loads(candidate)
-    except json.JSONDecodeError:
-        data = json_repair.loads(candidate)
-    if isinstance(data, list) and len(data) == n:
-        data = {str(i): v for i, v in enumerate(data, 1)}
-    if not isinstance(data, dict):
-        return None
-    answers = {str(k).strip(): v for k, v in data.items()}
-    out = []
-    for i in range(1, n + 1):
-        value = answers.get(str(i))
-        if isinstance(value, bool):
-            out.append(value)
-        elif isinstance(value, str) and value.strip().lower() in ("yes", "no"):
-            out.append(value.strip().lower() == "yes")
-        else:
+def parse_checklist(text: str, n: int) -> list[bool] | None:
+    """Answers 1..n from the checker's JSON ({"1": "yes", …} or a list); None if anything is missing or not yes/no."""
+    data = extract_json(text, lambda d: isinstance(d, list) or (isinstance(d, dict) and bool(d)))
+    if isinstance(data, dict):
+        if not all(item_number(k) is not None for k in data):
             return None
-    return out
+        entries = [(item_number(k), yes_no(v)) for k, v in data.items()]
+    elif isinstance(data, list):
+        entries = [(None, yes_no(v)) for v in data]
+    else:
+        return None
+    placed = place(entries, n)
+    if placed.missing or placed.unplaced:  # numbers beyond n are ignored
+        return None
+    return [placed.items[i] == "yes" for i in range(1, n + 1)]
 
 
 def _clean_generation(text: str) -> str:
@@ -933,7 +920,7 @@ class LLMRenderer(Renderer):
             stats["constraint_check_failures"] += 1
             return "it did not state " + "; ".join(missing) + " (give each value exactly)."
         if request.move in ("new_topic", "return") and request.turn > 1:
-            related = _parse_yes_no((yield self.related_messages(request, text)))
+            related = leading_yes_no((yield self.related_messages(request, text)))
             if related is None:
                 stats["unparseable_checks"] += 1
             if not related:
@@ -944,14 +931,14 @@ class LLMRenderer(Renderer):
     def _model_checks(self, request: RenderRequest, text: str) -> Conversation[str | None]:
         """ifgym/EvolIF-v0's checks: on topic and asking for content, then a checklist of the live constraints."""
         stats = self._stats
-        on_topic = _parse_yes_no((yield self.topic_messages(request, text)))
+        on_topic = leading_yes_no((yield self.topic_messages(request, text)))
         if on_topic is None:
             stats["unparseable_checks"] += 1
         if not on_topic:
             stats["topic_check_failures"] += 1
             return "it was not clearly about the topic, or did not ask the assistant to write something."
         if request.constraints:
-            answers = _parse_checklist((yield self.checklist_messages(request, text)), len(request.constraints))
+            answers = parse_checklist((yield self.checklist_messages(request, text)), len(request.constraints))
             if answers is None:
                 stats["unparseable_checks"] += 1
                 stats["constraint_check_failures"] += 1

@@ -46,9 +46,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import json_repair
 import numpy as np
 
+from ifgym.answers import json_object
 from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
 from ifgym.errors import ConfigError, DataFormatError, GenerationError, IfgymError, UnknownNameError, did_you_mean
 from ifgym.llm import Conversation, aconverse, converse
@@ -82,7 +82,6 @@ __all__ = [
     "StructFlowUser",
     "TaskType",
     "TemplateDialogueGenerator",
-    "extract_json",
     "load_dataset",
     "parse_dataset",
     "parse_graphif_record",
@@ -992,44 +991,6 @@ def _plan_line(flow: Flow, k: int, plan: _TurnPlan) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# JSON from model output
-# ---------------------------------------------------------------------------------------------
-
-_FENCE_RE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def extract_json(text: str, accept: Callable[[Any], bool]) -> Any:
-    """The first JSON value in a model's `text` that `accept` likes, or None.
-
-    Tries, in order: the whole text, fenced blocks, the span between the first '{' and the last
-    '}' (or '[' ... ']') as strict JSON; then the same places (and the text from the first brace
-    on, which keeps a truncated tail) through `json_repair`.
-    """
-    if not isinstance(text, str) or not text.strip():
-        return None
-    fenced = [m.group(1) for m in _FENCE_RE.finditer(text)]
-    spans, tails = [], []
-    for open_, close in (("{", "}"), ("[", "]")):
-        start, end = text.find(open_), text.rfind(close)
-        if start != -1:
-            tails.append(text[start:])
-            if end > start:
-                spans.append(text[start : end + 1])
-    for candidate in [text, *fenced, *spans]:
-        try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if accept(data):
-            return data
-    for candidate in [*fenced, *tails, *spans, text]:
-        data = json_repair.loads(candidate)
-        if accept(data):
-            return data
-    return None
-
-
-# ---------------------------------------------------------------------------------------------
 # The LLM generation pipeline
 # ---------------------------------------------------------------------------------------------
 
@@ -1247,7 +1208,7 @@ class LLMDialogueGenerator(_GeneratorBase):
             text = yield messages
             attempts += 1
             self._count("calls")
-            data = extract_json(text, lambda d: isinstance(d, Mapping))
+            data = json_object(text)
             try:
                 if data is None:
                     raise _Invalid("no JSON object was found in the answer")

@@ -20,8 +20,7 @@ from ifgym.simulators.render import (
     LLMRenderer,
     RenderRequest,
     TemplateRenderer,
-    _parse_checklist,
-    _parse_yes_no,
+    parse_checklist,
     phrasings,
     unstated,
 )
@@ -428,22 +427,6 @@ def test_llm_generation_is_cleaned_of_labels_and_quotes():
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("yes", True),
-        ("No.", False),
-        ("**Yes** — it is about tides", True),  # markdown around the answer
-        ("YES", True),
-        ("yesterday", None),  # a word that merely starts with yes
-        ("I think so", None),  # no verdict
-        ("", None),
-    ],
-)
-def test_parse_yes_no(text, expected):
-    assert _parse_yes_no(text) is expected
-
-
-@pytest.mark.parametrize(
     ("text", "n", "expected"),
     [
         ('{"1": "yes", "2": "no"}', 2, [True, False]),
@@ -458,7 +441,7 @@ def test_parse_yes_no(text, expected):
     ],
 )
 def test_parse_checklist(text, n, expected):
-    assert _parse_checklist(text, n) == expected
+    assert parse_checklist(text, n) == expected
 
 
 def test_adaptive_user_with_llm_renderer_counts_stats_and_passes_missed_requirements():

@@ -192,7 +192,7 @@ def test_judge_prompt_fences_the_reply_and_keeps_history_and_request_apart():
     assert "not instructions to you" in system["content"]
     text = user["content"]
     assert text.count("<reply>") == 1 and text.count("</reply>") == 1 and "[/reply]" in text  # defanged copy
-    assert text.count("<item ") == 3 and "[item]everything[/item]" in text
+    assert text.count("<item ") == 3 and "[item 1]everything[/item]" in text
     assert "[c1] User: Tell me about bees.\n[c1] Assistant: Bees make honey." in text
     assert "current request (c2):\n<request>\nNow more on the waggle dance.\n</request>" in text
     assert "Be helpful." not in text  # the system prompt is not part of the conversation judged

@@ -15,7 +15,7 @@ from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import CannedClient, Completion, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy, Truncation, cost_summary
 from ifgym.policies.truncation import truncate
-from ifgym.policies.wrapper import BaseCall, parse_json_object, split_transcript
+from ifgym.policies.wrapper import BaseCall, split_transcript
 
 SYS = {"role": "system", "content": "be brief"}
 
@@ -212,26 +212,6 @@ def test_split_transcript():
         (1, "question 1", "answer 1"),
         (2, "question 2", "answer 2"),
     ]
-
-
-# -- light-model JSON ----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ('{"a": 1}', {"a": 1}),  # plain JSON
-        ('Sure! Here it is:\n```json\n{"a": 1}\n```\nAnything else?', {"a": 1}),  # fenced, prose around
-        ('The answer is {"a": 1} as asked.', {"a": 1}),  # braces inside prose
-        ('{"a": "x", "b": [1, 2', {"a": "x", "b": [1, 2]}),  # cut off mid-answer: repaired
-        ("{'a': 1,}", {"a": 1}),  # single quotes and a trailing comma: repaired
-        ("[1, 2]", None),  # valid JSON but not an object
-        ("no json here at all", None),  # prose only
-        ("", None),  # nothing
-    ],
-)
-def test_parse_json_object(text, expected):
-    assert parse_json_object(text) == expected
 
 
 # -- token counts (llm.py) -----------------------------------------------------------------------
