@@ -156,7 +156,7 @@ class EvolIFEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        from ifgym.rewards.judge import MODES, LLMJudge
+        from ifgym.rewards.evolif_judge import MODES, EvolIFJudge
         from ifgym.simulators import EvolIFUser, ReplayUser, TrackerConfig
 
         if renderer not in RENDERERS:
@@ -229,7 +229,7 @@ class EvolIFEnv(ChatEnv):
             "judge_mode": judge_mode if judge == "llm" else None,
             "checker_semantics": checker_semantics,
         }
-        judge_obj = LLMJudge(judge_client, mode=judge_mode) if judge_client is not None else None
+        judge_obj = EvolIFJudge(judge_client, mode=judge_mode) if judge_client is not None else None
         scorer = Scorer(judge_obj, semantics=checker_semantics)
         super().__init__(
             user=user,

@@ -16,7 +16,7 @@ from ifgym.rewards.constraints import (
     ids_in_group,
 )
 from ifgym.rewards.evolif_compat import evolif_check, from_evolif, to_evolif
-from ifgym.rewards.judge import LLMJudge
+from ifgym.rewards.evolif_judge import EvolIFJudge
 from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scorer, Scores
@@ -33,9 +33,9 @@ __all__ = [
     "ChecklistReward",
     "Constraint",
     "ConstraintReward",
+    "EvolIFJudge",
     "EpisodeReturn",
     "FlexBenchReward",
-    "LLMJudge",
     "Patience",
     "Scorer",
     "Scores",

@@ -4,7 +4,7 @@ The gold set (`rewards/assets/judge_gold.json`, written for this project) has th
 
 - **evolif**: short texts labelled by hand on EvolIF's judged axes (emotion, reader age, register,
   voice); each text is a positive for its label and a clear negative for the labels it lists under
-  `not` (at least 4 positives and 4 negatives per label). Scored by `Scorer(LLMJudge)`.
+  `not` (at least 4 positives and 4 negatives per label). Scored by `Scorer(EvolIFJudge)`.
 - **structflow**: replies with checklist questions whose answers are known: computed by a rule
   checker where the question is rule-decidable (`rule`), hand-labelled otherwise. Scored by
   `StructFlowScorer(ChecklistJudge)` with the questions as a replayed StructFlowBench turn holds
@@ -73,12 +73,16 @@ LABELS = ("yes", "no", "unknown")
 
 
 def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    from ifgym.rewards import flexbench, judge, structflow
+    from ifgym.rewards import evolif_judge, flexbench, structflow
 
     return (
-        {"evolif": judge.MODES, "structflow": structflow.CHECKLIST_MODES, "flexbench": flexbench.DIMENSION_MODES},
         {
-            "evolif": judge.DEFAULT_MODE,
+            "evolif": evolif_judge.MODES,
+            "structflow": structflow.CHECKLIST_MODES,
+            "flexbench": flexbench.DIMENSION_MODES,
+        },
+        {
+            "evolif": evolif_judge.DEFAULT_MODE,
             "structflow": structflow.DEFAULT_CHECKLIST_MODE,
             "flexbench": flexbench.DEFAULT_DIMENSION_MODE,
         },
@@ -372,10 +376,10 @@ def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | N
     if mode not in SUITE_MODES[suite]:
         raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
     if suite == "evolif":
-        from ifgym.rewards.judge import LLMJudge
+        from ifgym.rewards.evolif_judge import EvolIFJudge
         from ifgym.rewards.scorer import Scorer
 
-        return Scorer(LLMJudge(client, mode=mode))
+        return Scorer(EvolIFJudge(client, mode=mode))
     if suite == "structflow":
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
 

@@ -89,7 +89,6 @@ import json
 import math
 import re
 import textwrap
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,8 +98,8 @@ from ifgym.answers import defang, extract_json, item_number, item_problems, json
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError, did_you_mean
 from ifgym.files import read_json_file
-from ifgym.llm import Conversation, aconverse, converse
-from ifgym.rewards.judge import ask_until_complete, quote_found, unplaced_note
+from ifgym.llm import Conversation
+from ifgym.rewards.judge import Judge, quote_found, unplaced_note
 from ifgym.rewards.scorer import Scores
 
 __all__ = [
@@ -872,13 +871,13 @@ def render_trace(trace: Trace) -> str:
     return "\n".join(lines)
 
 
-class LLMDimensionJudge:
+class LLMDimensionJudge(Judge):
     """Per-dimension verdicts over the whole trace from a judge model, in one call per trace.
 
     Answers go to dimensions by item number or dimension id; entries with neither are placed by
     position only when there is one per dimension (`ifgym.answers.place`). Answers that leave items
     out are re-asked up to `max_retries` times; items still missing or with unreadable labels are
-    unknown (counted in `.stats["unparsed"]`), never yes or no. The
+    unknown (counted in `.stats["unknown"]`), never yes or no. The
     model reports yes / no / skipped / unknown; "skipped" becomes unknown for a base action (not
     attempted) and an always-on rule, and no for a branch (its condition held and it was not done),
     so the labels mean what `RuleJudge`'s mean (counted in `.stats["skipped"]`).
@@ -888,26 +887,14 @@ class LLMDimensionJudge:
     `.stats["unquoted_yes"]`); an always-on rule kept needs no quote. `mode="plain"`: labels only.
     """
 
-    def __init__(self, client: Any, *, mode: str = DEFAULT_DIMENSION_MODE, max_retries: int = 2):
-        if mode not in DIMENSION_MODES:
-            raise UnknownNameError("dimension judge mode", mode, DIMENSION_MODES)
-        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-            raise ConfigError(f"LLMDimensionJudge max_retries must be an int >= 0, got {max_retries!r}")
-        self.client = client
-        self.mode = mode
-        self.max_retries = max_retries
-        self.stats = {"calls": 0, "retries": 0, "unparsed": 0, "skipped": 0, "unquoted_yes": 0}
-        self._lock = threading.Lock()
+    modes = DIMENSION_MODES
+    default_mode = DEFAULT_DIMENSION_MODE
+    tags = TAGS
+    counters = ("skipped", "unquoted_yes")
 
-    @property
-    def source(self) -> str:
-        return f"judge:{getattr(self.client, 'model', '') or 'unknown'}"
-
-    @property
-    def prompt_version(self) -> str:
-        """A short hash of this mode's fixed prompt text: it changes whenever the prompt does."""
-        fixed = JUDGE_EVIDENCE if self.mode == "evidence" else JUDGE_SYSTEM
-        return hashlib.sha256(f"{self.mode}\n{fixed}".encode()).hexdigest()[:12]
+    def fixed_prompt(self) -> str:
+        """The system prompt of the judge's mode."""
+        return JUDGE_EVIDENCE if self.mode == "evidence" else JUDGE_SYSTEM
 
     @staticmethod
     def build_messages(dims: DimensionSet, trace: Trace, mode: str = "plain") -> list[Message]:
@@ -930,22 +917,16 @@ class LLMDimensionJudge:
         system = JUDGE_EVIDENCE if mode == "evidence" else JUDGE_SYSTEM
         return [{"role": "system", "content": system}, {"role": "user", "content": body}]
 
-    def _count(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self.stats[key] += n
-
     def _session(self, dims: DimensionSet, trace: Trace) -> Conversation[list[Verdict]]:
         ids = list(dims.ids)
         n = len(ids)
-        best, attempts = yield from ask_until_complete(
+        best, attempts = yield from self.ask(
             self.build_messages(dims, trace, self.mode),
             lambda text: parse_labels(text, ids),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: not parse.problems,
             instruction=f'Reply with only the JSON object {{"items": [...]}} holding exactly {n} entries, '
             f'items 1 to {n}, each with "label" yes, no, skipped or unknown.',
-            max_retries=self.max_retries,
-            count=self._count,
         )
         agent = "\n".join(text for _, text in _agent_messages(trace))
         missing = f"judge gave no label after {attempts} call(s){unplaced_note(best.unplaced)}"
@@ -959,8 +940,8 @@ class LLMDimensionJudge:
                 else:
                     self._count("unquoted_yes")
                     label, reason = "skipped", "judge said yes without a quote from the agent's messages"
-            if label is None:
-                self._count("unparsed")
+            if label is None:  # the judge's answer could not be used (a judged "unknown" is not counted)
+                self._count("unknown")
                 verdicts.append(Verdict("unknown", f"judge answer unusable for item {i}: {reason}", self.source))
             elif label == "skipped":
                 self._count("skipped")
@@ -974,17 +955,11 @@ class LLMDimensionJudge:
 
     def judge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
         """One verdict per dimension, in the set's order."""
-        return converse(self._session(dims, trace), self._call)
+        return self._run(self._session(dims, trace))
 
     async def ajudge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
         """Async twin of `judge`."""
-        return await aconverse(self._session(dims, trace), self._acall)
-
-    def _call(self, messages: list[Message]) -> str:
-        return self.client.chat(messages).text or ""
-
-    async def _acall(self, messages: list[Message]) -> str:
-        return (await self.client.achat(messages)).text or ""
+        return await self._arun(self._session(dims, trace))
 
 
 # ---------------------------------------------------------------------------------------------

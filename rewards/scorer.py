@@ -16,7 +16,7 @@ from ifgym.errors import UnknownNameError
 from ifgym.rewards.constraints import SEMANTICS, Constraint, check
 
 if TYPE_CHECKING:
-    from ifgym.rewards.judge import LLMJudge
+    from ifgym.rewards.evolif_judge import EvolIFJudge
 
 NO_JUDGE = Verdict("unknown", "judged constraint but no judge configured (use judge='llm')", "none")
 
@@ -55,7 +55,7 @@ class Scorer:
     the strict and the loose list (EvolIF has one reading).
     """
 
-    def __init__(self, judge: LLMJudge | None = None, semantics: str = "ifgym"):
+    def __init__(self, judge: EvolIFJudge | None = None, semantics: str = "ifgym"):
         if semantics not in SEMANTICS:
             raise UnknownNameError("checker semantics", semantics, SEMANTICS)
         self.judge = judge

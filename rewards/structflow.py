@@ -50,11 +50,9 @@ same quantities alike up to nesting: see `summarize` for the mapping.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,11 +62,11 @@ import numpy as np
 
 from ifgym.answers import defang, extract_json, item_number, item_problems, place, yes_no
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
-from ifgym.errors import ConfigError, DataFormatError, UnknownNameError, did_you_mean
+from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import Conversation
 from ifgym.rewards.constraints import check
-from ifgym.rewards.judge import ask_until_complete, quote_found, unanswered
+from ifgym.rewards.judge import Judge, quote_found, unanswered
 from ifgym.rewards.questions import QuestionRule, question_rule
 from ifgym.rewards.scorer import Scores
 from ifgym.simulators.flows import ITEM_TYPES, TYPE_WEIGHTS, flow_from_json, turn_name
@@ -270,10 +268,6 @@ DEFAULT_CHECKLIST_MODE = "plain"  # the mode measured best on the judge audit (s
 TAGS = ("reply", "request", "history", "item")  # the prompt's own tags, defanged in what goes between them
 
 
-def _defang(text: str) -> str:
-    return defang(text, TAGS)
-
-
 def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], str, str]:
     """(earlier turns as lines, the current request, its turn name) from messages ending with the request."""
     messages = [m for m in history or () if isinstance(m, Mapping) and m.get("role") in ("user", "assistant")]
@@ -285,7 +279,7 @@ def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], s
         if m["role"] == "user":
             turn += 1
         who = "User" if m["role"] == "user" else "Assistant"
-        lines.append(f"[{turn_name(max(turn - 1, 0))}] {who}: {_defang(str(m.get('content', '')))}")
+        lines.append(f"[{turn_name(max(turn - 1, 0))}] {who}: {defang(str(m.get('content', '')), TAGS)}")
     return lines, str(messages[last_user].get("content", "")), turn_name(turn)
 
 
@@ -294,56 +288,38 @@ def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], s
 TOKENS_BASE, TOKENS_PER_ITEM = 128, 96
 
 
-class ChecklistJudge:
+class ChecklistJudge(Judge):
     """Answers a turn's checklist questions with one model call (plus bounded re-asks).
 
     `client` is any ifgym chat client (`chat`/`achat` returning a Completion with `.text` and
     token counts, and a `model` name). `max_tokens` caps each answer; None scales it with the
     checklist (`answer_tokens`). `.stats` counts calls, re-asks, unknown verdicts, tokens, and
-    (evidence mode) the Yes answers turned into No for want of a quote found in the reply.
+    (evidence mode) the Yes answers turned into No for want of a quote found in the reply
+    (`ifgym.rewards.judge.Judge`).
 
     `mode="evidence"`: the judge quotes the reply's words that meet each item before it answers,
     and a Yes whose quote is missing or not in the reply is a No (`quote_found`). `mode="plain"`:
     a bare Yes/No per item, as StructFlowBench's own judge is asked.
     """
 
+    modes = CHECKLIST_MODES
+    default_mode = DEFAULT_CHECKLIST_MODE
+    tags = TAGS
+    counters = ("unquoted_yes",)
+
     def __init__(
         self, client: Any, *, mode: str = DEFAULT_CHECKLIST_MODE, max_retries: int = 2, max_tokens: int | None = None
     ):
-        if mode not in CHECKLIST_MODES:
-            raise UnknownNameError("checklist judge mode", mode, CHECKLIST_MODES)
-        if not (hasattr(client, "chat") and hasattr(client, "achat")):
-            raise ConfigError(f"ChecklistJudge needs a chat client (with chat and achat), got {client!r}")
-        if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
-            raise ConfigError(f"ChecklistJudge max_retries must be an int >= 0, got {max_retries!r}")
+        super().__init__(client, mode=mode, max_retries=max_retries)
         if max_tokens is not None and (
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
         ):
             raise ConfigError(f"ChecklistJudge max_tokens must be an int >= 1 or None (scaled), got {max_tokens!r}")
-        self.client = client
-        self.mode = mode
-        self.max_retries = max_retries
         self.max_tokens = max_tokens
-        self.stats = {
-            "calls": 0,
-            "retries": 0,
-            "unknown": 0,
-            "unquoted_yes": 0,
-            "prompt_tokens": 0,
-            "completion_tokens": 0,
-        }
-        self._lock = threading.Lock()
 
-    @property
-    def source(self) -> str:
-        """Verdict source tag: `judge:<model>`."""
-        return f"judge:{getattr(self.client, 'model', '') or 'unknown'}"
-
-    @property
-    def prompt_version(self) -> str:
-        """A short hash of this mode's fixed prompt text: it changes whenever the prompt does."""
-        fixed = EVIDENCE_SYSTEM_PROMPT if self.mode == "evidence" else SYSTEM_PROMPT
-        return hashlib.sha256(f"{self.mode}\n{fixed}".encode()).hexdigest()[:12]
+    def fixed_prompt(self) -> str:
+        """The system prompt of the judge's mode."""
+        return EVIDENCE_SYSTEM_PROMPT if self.mode == "evidence" else SYSTEM_PROMPT
 
     def build_messages(
         self, reply: str, items: Sequence[ChecklistItem], history: Sequence[Mapping[str, str]] | None = None
@@ -354,9 +330,9 @@ class ChecklistJudge:
         if earlier:
             parts.append("The conversation so far:\n<history>\n" + "\n".join(earlier) + "\n</history>")
         if request:
-            parts.append(f"The user's current request ({current}):\n<request>\n{_defang(request)}\n</request>")
-        parts.append(f"The reply to check:\n<reply>\n{_defang(reply)}\n</reply>")
-        questions = "\n".join(f"<item {i}>{_defang(item.question)}</item>" for i, item in enumerate(items, start=1))
+            parts.append(f"The user's current request ({current}):\n<request>\n{self.defang(request)}\n</request>")
+        parts.append(f"The reply to check:\n<reply>\n{self.defang(reply)}\n</reply>")
+        questions = "\n".join(f"<item {i}>{self.defang(item.question)}</item>" for i, item in enumerate(items, start=1))
         parts.append(f"Checklist:\n{questions}")
         n = len(items)
         fields = '"evidence" and "judgement" "Yes" or "No"' if self.mode == "evidence" else '"judgement" "Yes" or "No"'
@@ -384,26 +360,14 @@ class ChecklistJudge:
     ) -> list[Verdict]:
         """One verdict per item, in order (no call for an empty list)."""
         items = list(items)
-        tokens = self.answer_tokens(len(items))
-        return converse(self._converse(reply, items, history), lambda messages: self._call(messages, tokens))
+        return self._run(self._converse(reply, items, history), max_tokens=self.answer_tokens(len(items)))
 
     async def ajudge(
         self, reply: str, items: Sequence[ChecklistItem], history: Sequence[Mapping[str, str]] | None = None
     ) -> list[Verdict]:
         """Async twin of `judge`."""
         items = list(items)
-        tokens = self.answer_tokens(len(items))
-        return await aconverse(self._converse(reply, items, history), lambda messages: self._acall(messages, tokens))
-
-    def _call(self, messages: list[Message], max_tokens: int) -> str:
-        completion = self.client.chat(messages, max_tokens=max_tokens)
-        self._tokens(completion)
-        return completion.text or ""
-
-    async def _acall(self, messages: list[Message], max_tokens: int) -> str:
-        completion = await self.client.achat(messages, max_tokens=max_tokens)
-        self._tokens(completion)
-        return completion.text or ""
+        return await self._arun(self._converse(reply, items, history), max_tokens=self.answer_tokens(len(items)))
 
     # Checks the arguments now, then hands back the Conversation (ifgym.llm.converse drives it).
     def _converse(
@@ -422,19 +386,15 @@ class ChecklistJudge:
         n = len(items)
         if n == 0:
             return []
-        best, attempts = yield from ask_until_complete(
+        best, attempts = yield from self.ask(
             self.build_messages(reply, items, history),
             lambda text: parse_judgements(text, n),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: parse.complete(n),
             instruction=f'Reply with only the JSON object {{"results": [...]}} holding exactly {n} entries, '
             f'items 1 to {n}, each with "judgement" "Yes" or "No".',
-            max_retries=self.max_retries,
-            count=self._add,
         )
-        verdicts = [self._verdict(best, i, attempts, reply) for i in range(1, n + 1)]
-        self._add("unknown", sum(v.label == "unknown" for v in verdicts))
-        return verdicts
+        return self._unknown([self._verdict(best, i, attempts, reply) for i in range(1, n + 1)])
 
     def _verdict(self, best: JudgementParse, number: int, attempts: int, reply: str) -> Verdict:
         judged = best.items.get(number)
@@ -444,21 +404,12 @@ class ChecklistJudge:
             return Verdict("unknown", f"judge answer unusable for item {number}: {judged.error}", self.source)
         if self.mode == "evidence" and judged.label == "yes":
             if not quote_found(judged.evidence, reply):
-                self._add("unquoted_yes")
+                self._count("unquoted_yes")
                 quote = str(judged.evidence or "")[:60]
                 what = f"a quote not in the reply ({quote!r})" if quote else "no quote"
                 return Verdict("no", f"judge said Yes with {what}: counted as No (evidence mode)", self.source)
             return Verdict("yes", f"quotes {str(judged.evidence)[:80]!r}", self.source)
         return Verdict(judged.label, judged.reason, self.source)
-
-    def _add(self, key: str, amount: int = 1) -> None:
-        with self._lock:
-            self.stats[key] += amount
-
-    def _tokens(self, completion: Any) -> None:
-        with self._lock:
-            self.stats["prompt_tokens"] += int(getattr(completion, "prompt_tokens", 0) or 0)
-            self.stats["completion_tokens"] += int(getattr(completion, "completion_tokens", 0) or 0)
 
 
 # ---------------------------------------------------------------------------------------------

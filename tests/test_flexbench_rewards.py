@@ -499,7 +499,7 @@ def test_llm_judge_parses_robustly_and_never_guesses(answers, expected, calls, u
     verdicts = judge.judge(dims, trace(("open", "Hi"), ("u", "hello"), ("a", "Are you in charge?")))
     assert [v.label for v in verdicts] == expected
     assert len(client.requests) == calls and all(v.source == "judge:m" for v in verdicts)
-    assert judge.stats["unparsed"] == unparsed  # judge failures are counted apart from a judged "unknown"
+    assert judge.stats["unknown"] == unparsed  # judge failures are counted apart from a judged "unknown"
 
 
 @pytest.mark.parametrize(
@@ -519,7 +519,7 @@ def test_llm_judge_maps_skipped_by_kind_like_the_rule_judge(dim, label, expected
     judge = LLMDimensionJudge(CannedClient([items(*answer)], role="judge", model="m"))
     verdict = judge.judge(dims, trace(("a", "Hello.")))[dims.ids.index(dim)]
     assert verdict.label == expected
-    assert judge.stats["skipped"] == (label in ("skipped", "not done")) and judge.stats["unparsed"] == 0
+    assert judge.stats["skipped"] == (label in ("skipped", "not done")) and judge.stats["unknown"] == 0
 
 
 def test_llm_judge_prompt_says_a_skipped_base_action_is_not_a_no():

@@ -1,4 +1,4 @@
-"""LLMJudge in rating mode (EvolIF's 1-10, pass > 6): garbage judge outputs, bounded re-asks, the prompt, sync/async.
+"""EvolIFJudge in rating mode (EvolIF's 1-10, pass > 6): garbage judge outputs, bounded re-asks, the prompt, sync/async.
 
 Blind mode (the default) is tested in test_judge_blind.py; rating mode must stay as it was."""
 
@@ -12,7 +12,7 @@ import pytest
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
 from ifgym.rewards.constraints import Constraint
-from ifgym.rewards.judge import LLMJudge, parse_scores
+from ifgym.rewards.evolif_judge import EvolIFJudge, parse_scores
 
 TONE = Constraint("emotion.tone", {"emotion": "happy"})
 REGISTER = Constraint("style.register", {"style": "formal"})
@@ -22,7 +22,7 @@ TWO = [TONE, REGISTER]
 
 def rating_judge(client, **kw):
     """The judge in rating mode, as EvolIF's paper asks it."""
-    return LLMJudge(client, mode="rating", **kw)
+    return EvolIFJudge(client, mode="rating", **kw)
 
 
 def counts(judge):

@@ -1,4 +1,4 @@
-"""LLMJudge in blind mode: the prompt never carries the requirement, labels map to verdicts, parsing never guesses."""
+"""EvolIFJudge in blind mode: the prompt never holds the requirement, labels map to verdicts, no guessing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.rewards.catalog import EMOTIONS, READER_AGES, STYLES
 from ifgym.rewards.constraints import Constraint
-from ifgym.rewards.judge import LLMJudge, axis_of, parse_labels, withhold_addressed
+from ifgym.rewards.evolif_judge import EvolIFJudge, axis_of, parse_labels, withhold_addressed
 
 TEXT = "The bridge was opened to traffic in June."
 ALL = (
@@ -25,7 +25,7 @@ ALL = (
 
 def judge_with(answer, **kw):
     replies = answer if callable(answer) or isinstance(answer, list) else [answer]
-    return LLMJudge(CannedClient(replies, role="judge", model="m"), **kw)
+    return EvolIFJudge(CannedClient(replies, role="judge", model="m"), **kw)
 
 
 def prompt(constraint, history=None):
