@@ -14,7 +14,8 @@ import time
 import gymnasium as gym
 
 import ifgym  # noqa: F401
-from ifgym.rewards.constraints import REGISTRY, Constraint, check
+from ifgym.core.constraints import REGISTRY, Constraint
+from ifgym.rewards.checks import check
 
 REPLY = (
     "Here is a plan for the week.\n\n"

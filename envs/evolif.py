@@ -10,10 +10,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ifgym.core.constraints import GROUPS, JUDGED_GROUPS, RULE_GROUPS
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import LLMConfig, make_client
-from ifgym.rewards.constraints import GROUPS, JUDGED_GROUPS, RULE_GROUPS, SEMANTICS
+from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.scorer import Scorer
 
 RENDERERS = ("template", "llm")

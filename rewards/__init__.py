@@ -1,21 +1,16 @@
-"""Scoring: the constraint catalog and its rule checkers, the LLM judge, reward/patience, metrics, TRL rewards.
+"""Scoring: rule checking (strict, loose, EvolIF's reading), the LLM judges, reward/patience, metrics, TRL rewards.
 
-Import public names from here (`from ifgym.rewards import Constraint, from_evolif, summarize`).
+It uses nothing of `simulators/`: scoring does not depend on the user simulator. The vocabulary it
+scores (constraints and their catalog, StructFlow's item types and weights) is `ifgym.core`'s; the
+catalog's names are re-exported here. Import public names from here
+(`from ifgym.rewards import Constraint, check, from_evolif, summarize`).
 """
 
 from ifgym import lazy_submodules
-from ifgym.rewards.constraints import (
-    GROUPS,
-    JUDGED_GROUPS,
-    REGISTRY,
-    RULE_GROUPS,
-    SEMANTICS,
-    Constraint,
-    check,
-    conflicts,
-    ids_in_group,
-)
-from ifgym.rewards.evolif_compat import evolif_check, from_evolif, to_evolif
+from ifgym.core.constraints import GROUPS, JUDGED_GROUPS, REGISTRY, RULE_GROUPS, Constraint, conflicts, ids_in_group
+from ifgym.core.evolif import from_evolif, to_evolif
+from ifgym.rewards.checks import SEMANTICS, check
+from ifgym.rewards.evolif_compat import evolif_check
 from ifgym.rewards.evolif_judge import EvolIFJudge
 from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.rubric import Patience, turn_outcome

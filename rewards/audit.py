@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.core import ChecklistItem, TurnSpec
+from ifgym.core.constraints import Constraint
 from ifgym.errors import DataFormatError, UnknownNameError
-from ifgym.rewards.constraints import Constraint, check
+from ifgym.rewards.checks import check
 
 __all__ = [
     "DEFAULT_MODES",
@@ -222,7 +223,7 @@ def _rule_answer(rule: Mapping[str, Any], reply: str) -> str:
 
 
 def _structflow_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:
-    from ifgym.simulators.flows import TYPE_WEIGHTS
+    from ifgym.core.structflow import TYPE_WEIGHTS
 
     section = gold["checklist"]
     out: list[Probe] = []

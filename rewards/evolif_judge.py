@@ -40,10 +40,10 @@ from typing import Any
 
 from ifgym.answers import extract_json, item_number, item_problems, place
 from ifgym.core import Verdict
+from ifgym.core.catalog import EMOTIONS, READER_AGES
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import Conversation
-from ifgym.rewards.catalog import EMOTIONS, READER_AGES
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.judge import History, Judge, Message, unanswered
 
 __all__ = [
@@ -576,7 +576,7 @@ class EvolIFJudge(Judge):
             if not c.judged:
                 raise ConfigError(
                     f"EvolIFJudge scores judged constraints only (emotion, style, reader age); {c.id} is "
-                    "rule-checked: use ifgym.rewards.constraints.check for it"
+                    "rule-checked: use ifgym.rewards.check for it"
                 )
 
 

@@ -50,8 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ifgym.core import Episode, TurnRecord, Verdict
+from ifgym.core.constraints import GROUPS
 from ifgym.errors import DataFormatError
-from ifgym.rewards.constraints import GROUPS
 from ifgym.rewards.rubric import TurnOutcome, turn_outcome
 
 __all__ = [

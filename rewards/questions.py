@@ -109,7 +109,7 @@ def _number(text: str) -> int:
 
 
 def _count(unit: str, reply: str) -> int:
-    from ifgym.rewards.catalog import count_paragraphs, count_sentences
+    from ifgym.core.catalog import count_paragraphs, count_sentences
 
     if unit.startswith("word"):
         return len(re.findall(r"\S*\w\S*", reply))

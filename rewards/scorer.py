@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from ifgym.core import TurnSpec, Verdict
+from ifgym.core.constraints import Constraint
 from ifgym.errors import UnknownNameError
-from ifgym.rewards.constraints import SEMANTICS, Constraint, check
+from ifgym.rewards.checks import SEMANTICS, check
 
 if TYPE_CHECKING:
     from ifgym.rewards.evolif_judge import EvolIFJudge

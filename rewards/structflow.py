@@ -62,15 +62,22 @@ import numpy as np
 
 from ifgym.answers import defang, extract_json, item_number, item_problems, place, yes_no
 from ifgym.core import ChecklistItem, Episode, TurnSpec, Verdict
+from ifgym.core.structflow import (
+    ITEM_TYPES,
+    TASK_NAMES,
+    TYPE_WEIGHTS,
+    flow_from_json,
+    task_name,
+    turn_name,
+    user_type_name,
+)
 from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
 from ifgym.llm import Conversation
-from ifgym.rewards.constraints import check
+from ifgym.rewards.checks import check
 from ifgym.rewards.judge import Judge, quote_found, unanswered
 from ifgym.rewards.questions import QuestionRule, question_rule
 from ifgym.rewards.scorer import Scores
-from ifgym.simulators.flows import ITEM_TYPES, TYPE_WEIGHTS, flow_from_json, turn_name
-from ifgym.simulators.structflow import TASKS, task_name, user_type_name
 
 __all__ = [
     "CHECKLIST_MODES",
@@ -593,7 +600,7 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
     out["types"] = {k: yes[k] / known[k] for k in _ordered(list(known), ITEM_TYPES)}
     out["type_metrics"] = {k: _aggregate(_only_type(rows, k)) for k in out["types"]}
     for key, attr, order in (
-        ("tasks", "task", [*TASKS, "mix"]),
+        ("tasks", "task", [*TASK_NAMES, "mix"]),
         ("user_types", "user_type", ("professional", "non-professional")),
         ("relations", "relation", (FIRST_TURN, "follow-up", "refinement", "recall", "expansion", "summary")),
     ):
@@ -687,7 +694,7 @@ def _round(value: Any, ndigits: int | None) -> Any:
     return value
 
 
-SCRIPT_TASKS: tuple[str, ...] = (*TASKS, "mix")  # the benchmark script's task list, in its order
+SCRIPT_TASKS: tuple[str, ...] = (*TASK_NAMES, "mix")  # the benchmark script's task list, in its order
 METRICS = ("CSR", "ISR", "WCSR", "DRFR")
 HEADLINE = (*METRICS, "WCSR_pooled")  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`)
 

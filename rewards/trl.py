@@ -35,8 +35,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ifgym.core import ChecklistItem, Episode, TurnSpec
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.rewards.constraints import SEMANTICS, Constraint, check
+from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.rubric import turn_outcome
 
 if TYPE_CHECKING:

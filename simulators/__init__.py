@@ -1,4 +1,7 @@
-"""The user side of a dialogue: simulated users, the EvolIF tracker, renderers, replay, seed assets."""
+"""The user side of a dialogue: simulated users, the EvolIF tracker, renderers, replay, seed assets.
+
+The constraints and StructFlow flows they draw from are vocabulary shared with the rewards: `ifgym.core`.
+"""
 
 from ifgym import lazy_submodules
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
+from ifgym.core.catalog import EMOTIONS, EXCLUDE_MARKS, LENGTH_RELATIONS, READER_AGES, STYLES
+from ifgym.core.constraints import GROUPS, Constraint, conflicts, ids_in_group
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
-from ifgym.rewards.catalog import EMOTIONS, EXCLUDE_MARKS, READER_AGES, RELATIONS, STYLES
-from ifgym.rewards.constraints import GROUPS, Constraint, conflicts, ids_in_group
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics, styles_from_json, topics_from_json
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.render import (
@@ -261,7 +261,7 @@ def _forbidden_words(rng: np.random.Generator, ctx: _Context) -> dict[str, Any] 
 
 def _length_sampler(unit: str) -> Callable[[np.random.Generator, _Context], dict[str, Any]]:
     def sample(rng: np.random.Generator, ctx: _Context) -> dict[str, Any]:
-        relations = RELATIONS if unit in ctx.config.exact_length_units else RELATIONS[:2]
+        relations = LENGTH_RELATIONS if unit in ctx.config.exact_length_units else LENGTH_RELATIONS[:2]
         return {"relation": _choice(rng, relations), "n": _randint(rng, getattr(ctx.config, unit))}
 
     return sample
@@ -323,7 +323,7 @@ def _move_length(rng: np.random.Generator, old: Constraint, ctx: _Context) -> di
     unit = _LENGTH_UNITS[old.id]
     params = dict(old.params)
     if rng.random() < 0.5:
-        relations = RELATIONS if unit in ctx.config.exact_length_units else RELATIONS[:2]
+        relations = LENGTH_RELATIONS if unit in ctx.config.exact_length_units else LENGTH_RELATIONS[:2]
         others = [r for r in relations if r != params["relation"]]
         params["relation"] = _choice(rng, others)
     else:

@@ -34,9 +34,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import Conversation, aconverse, converse
-from ifgym.rewards.constraints import Constraint
 from ifgym.simulators.assets_io import Style, Topic
 
 __all__ = [

@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
+from ifgym.core.constraints import Constraint
+from ifgym.core.evolif import from_evolif
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
 from ifgym.files import not_a_folder
-from ifgym.rewards.constraints import Constraint
-from ifgym.rewards.evolif_compat import from_evolif
 from ifgym.simulators.base import UserSimulator
 
 __all__ = ["ReplayUser", "load_evolif_dialogue"]

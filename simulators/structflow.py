@@ -1,6 +1,6 @@
 """StructFlow dialogues: StructFlowBench's dataset format, replay with golden context, and two generators.
 
-A `Dialogue` is a flow (see `ifgym.simulators.flows`) plus one `DialogueTurn` per turn: the user's
+A `Dialogue` is a flow (see `ifgym.core.structflow`) plus one `DialogueTurn` per turn: the user's
 prompt, the dataset's golden answer (if any) and the turn's checklist (`ChecklistItem`s: intra-turn
 constraint items, and one structural item for a follow-up / refinement / recall / expansion /
 summary turn). `Dialogue.to_json()` writes StructFlowBench's record format, so generated dialogues
@@ -50,31 +50,33 @@ import numpy as np
 
 from ifgym.answers import json_object
 from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
-from ifgym.errors import ConfigError, DataFormatError, GenerationError, IfgymError, UnknownNameError, did_you_mean
-from ifgym.llm import Conversation, aconverse, converse
-from ifgym.rewards.constraints import RULE_GROUPS, Constraint
-from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, Topic, load_topics, packaged_or_path
-from ifgym.simulators.base import UserSimulator
-from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig
-from ifgym.simulators.flows import (
+from ifgym.core.constraints import RULE_GROUPS, Constraint
+from ifgym.core.structflow import (
+    FLOW_RELATIONS,
     INTRA_TYPES,
     ITEM_TYPES,
-    RELATIONS,
     STRUCTURAL_TYPES,
     STRUCTURAL_WEIGHT,
     TYPE_WEIGHTS,
+    USER_TYPES,
     Flow,
+    constraint_item,
     flow_from_json,
-    load_templates,
+    task_name,
     turn_name,
+    user_type_name,
 )
+from ifgym.errors import ConfigError, DataFormatError, GenerationError, IfgymError, UnknownNameError, did_you_mean
+from ifgym.llm import Conversation, aconverse, converse
+from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, Topic, load_topics, packaged_or_path
+from ifgym.simulators.base import UserSimulator
+from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig
+from ifgym.simulators.flows import load_templates
 from ifgym.simulators.render import phrasings
 
 __all__ = [
     "DATASETS",
-    "GROUP_TYPES",
     "TASKS",
-    "USER_TYPES",
     "Dialogue",
     "DialogueTurn",
     "GenerationError",
@@ -85,9 +87,7 @@ __all__ = [
     "load_dataset",
     "parse_dataset",
     "parse_graphif_record",
-    "task_name",
     "unstated",
-    "user_type_name",
 ]
 
 Message = dict[str, str]
@@ -151,30 +151,12 @@ TASKS: dict[str, TaskType] = {
     )
 }
 
-# StructFlowBench's `user_type`: 0 = non-professional, 1 = professional.
-USER_TYPES: tuple[str, ...] = ("non-professional", "professional")
 USER_VOICES: dict[str, str] = {
     "non-professional": "writes short, casual messages, often in lowercase, with loose grammar and little "
     "politeness, and states what they want bluntly",
     "professional": "writes clear, well-formed requests in standard language with precise wording, now and "
     "then a little informal",
 }
-
-
-def task_name(conv_task: str) -> str:
-    """The task name of a `conv_task` string: the part before the first ':' ("mix" stays "mix")."""
-    return conv_task.split(":", 1)[0].strip()
-
-
-def user_type_name(value: Any) -> str:
-    """'professional' / 'non-professional' for StructFlowBench's 1 / 0 (or either name); 'unknown' for None."""
-    if value is None:
-        return "unknown"
-    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
-        return USER_TYPES[value]
-    if isinstance(value, str) and value in USER_TYPES:
-        return value
-    raise ConfigError(f"user type must be 0, 1, {' or '.join(repr(u) for u in USER_TYPES)}, got {value!r}")
 
 
 # What each intra-turn type asks of a reply (our wording; used by the checklist-extraction stage).
@@ -189,42 +171,6 @@ INTRA_DEFINITIONS: dict[str, str] = {
     "Template Format Constraint": "the reply must start or end in a given way, or follow a given template",
     "Content Constraint": "the reply must cover, or stay within, given content",
 }
-
-# Which StructFlowBench intra-turn type each EvolIF constraint group counts as.
-GROUP_TYPES: dict[str, str] = {
-    "start_with": "Template Format Constraint",
-    "end_with": "Template Format Constraint",
-    "format": "Basic Format Constraint",
-    "case": "Style Constraint",
-    "punctuation": "Keyword/Element Constraint",
-    "bullets": "Quantity Format Constraint",
-    "length": "Quantity Format Constraint",
-    "keywords": "Keyword/Element Constraint",
-    "forbidden": "Inverse Constraint",
-    "emotion": "Style Constraint",
-    "style": "Style Constraint",
-    "reader_age": "Situation Constraint",
-}
-
-
-def _constraint_type(c: Constraint) -> str:
-    if c.id == "punctuation.exclude":
-        return "Inverse Constraint"
-    return GROUP_TYPES[c.group]
-
-
-def constraint_item(c: Constraint, item_id: str) -> ChecklistItem:
-    """The checklist item for a catalog constraint: its question, its StructFlowBench type, the rule attached."""
-    text = c.describe().strip().rstrip(".")
-    return ChecklistItem(
-        id=item_id,
-        question=f"Does the reply meet this requirement: {text[:1].lower() + text[1:]}?",
-        type=_constraint_type(c),
-        kind="intra",
-        weight=TYPE_WEIGHTS[_constraint_type(c)],
-        constraint=c,
-    )
-
 
 # ---------------------------------------------------------------------------------------------
 # Dialogues
@@ -296,7 +242,8 @@ class Dialogue:
         return TurnSpec(
             constraints=(),
             topic=self.topic,
-            move=relation or "new_topic",
+            # GraphIF's turns carry several relations at once ("follow-up+recall"): they are in meta["relation"]
+            move="new_topic" if relation is None else relation if relation in FLOW_RELATIONS else "replay",
             change=None,
             meta=meta,
             checklist=turn.checklist,
@@ -1106,7 +1053,7 @@ def unstated(constraint: Constraint, text: str) -> list[str]:
 
 
 def _relations_text() -> str:
-    return "\n".join(f"- {r.name}: {r.definition}" for r in RELATIONS.values())
+    return "\n".join(f"- {r.name}: {r.definition}" for r in FLOW_RELATIONS.values())
 
 
 def _flow_text(flow: Flow) -> str:

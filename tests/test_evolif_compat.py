@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from ifgym.core.constraints import REGISTRY, Constraint
+from ifgym.core.evolif import EVOLIF_IDS, from_evolif, from_evolif_instruction, to_evolif
 from ifgym.errors import ConstraintParamsError, DataFormatError, UnknownNameError
-from ifgym.rewards.constraints import REGISTRY, Constraint, check
-from ifgym.rewards.evolif_compat import EVOLIF_IDS, from_evolif, from_evolif_instruction, to_evolif
+from ifgym.rewards.checks import check
 
 # (EvolIF id, EvolIF args, ifgym id, ifgym params) — canonical rows: they round-trip exactly.
 ROWS: list[tuple[str, Any, str, dict[str, Any]]] = [

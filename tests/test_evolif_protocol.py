@@ -18,10 +18,10 @@ from support.canned_user import scripted_user_model, stating_draft
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import compose, main
+from ifgym.core.constraints import GROUPS
 from ifgym.envs.evolif import PAPER_PROTOCOL, EvolIFEnv
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
-from ifgym.rewards.constraints import GROUPS
 
 OLD_IDS = "ignore:.*is out of date:DeprecationWarning"
 

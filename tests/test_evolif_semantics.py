@@ -15,9 +15,9 @@ import gymnasium as gym
 import pytest
 
 import ifgym  # noqa: F401
+from ifgym.core.constraints import REGISTRY
 from ifgym.errors import UnknownNameError
 from ifgym.rewards import SEMANTICS, Constraint, Scorer, check, from_evolif
-from ifgym.rewards.constraints import REGISTRY
 
 FENCED_MD_BULLETS = "```markdown\n- one\n- two\n```"
 

@@ -8,21 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.simulators.flows import (
-    RELATIONS,
+from ifgym.core.structflow import FLOW_RELATIONS as RELATIONS
+from ifgym.core.structflow import (
     STRUCTURAL_TYPES,
-    TEMPLATE_SETS,
     TYPE_WEIGHTS,
     Edge,
     Flow,
     flow_from_json,
-    load_templates,
     parse_turn_name,
     relation,
-    templates_from_json,
     turn_name,
 )
+from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
+from ifgym.simulators.flows import TEMPLATE_SETS, load_templates, templates_from_json
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.evolif_judge import EvolIFJudge, parse_scores
 
 TONE = Constraint("emotion.tone", {"emotion": "happy"})

@@ -9,10 +9,10 @@ import gymnasium as gym
 import pytest
 
 import ifgym  # noqa: F401  (registers the env ids)
+from ifgym.core.catalog import EMOTIONS, READER_AGES, STYLES
+from ifgym.core.constraints import Constraint
 from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.rewards.catalog import EMOTIONS, READER_AGES, STYLES
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.evolif_judge import EvolIFJudge, axis_of, parse_labels, withhold_addressed
 
 TEXT = "The bridge was opened to traffic in June."

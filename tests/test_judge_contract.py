@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from ifgym.core import ChecklistItem
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.evolif_judge import EvolIFJudge
 from ifgym.rewards.flexbench import LLMDimensionJudge, load_dimensions
 from ifgym.rewards.judge import Judge

@@ -7,9 +7,9 @@ import math
 import pytest
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
+from ifgym.core.constraints import Constraint
 from ifgym.errors import DataFormatError
 from ifgym.rewards import metrics
-from ifgym.rewards.constraints import Constraint
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})  # group length
 JSON = Constraint("format.json", {})  # group format

@@ -65,6 +65,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     (wheel,) = dist.glob("ifgym-*.whl")
     names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True).stdout
     assert "ifgym/simulators/assets/topics.json" in names and "ifgym/conf/env/evolif.yaml" in names
+    assert "ifgym/core/catalog.py" in names and "ifgym/core/structflow.py" in names  # the neutral room
     flexbench = [
         "ifgym/simulators/assets/personas.json",
         "ifgym/conf/env/flexbench.yaml",

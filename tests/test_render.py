@@ -11,9 +11,9 @@ import pytest
 from support.canned_user import all_yes, call_kind, requirement_count, scripted_user_model
 
 from ifgym.core import Verdict
+from ifgym.core.constraints import REGISTRY, Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
-from ifgym.rewards.constraints import REGISTRY, Constraint
 from ifgym.simulators.assets_io import Style, Topic, load_topics
 from ifgym.simulators.evolif import QUOTATION_PAIRS, EvolIFTracker, EvolIFUser, forbidden_tokens
 from ifgym.simulators.render import (

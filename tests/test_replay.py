@@ -6,9 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ifgym.core.constraints import Constraint
+from ifgym.core.evolif import from_evolif
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
-from ifgym.rewards.constraints import Constraint
-from ifgym.rewards.evolif_compat import from_evolif
 from ifgym.simulators.replay import ReplayUser, load_evolif_dialogue
 
 FIXTURE = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
+from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.metrics import HEADLINE, summarize
 from ifgym.stats import CISettings, compare, intervals, metric_names
 

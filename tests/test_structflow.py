@@ -23,12 +23,13 @@ from omegaconf import OmegaConf
 from support.canned_server import CannedServer
 
 import ifgym
+from ifgym.core.constraints import Constraint, conflicts
+from ifgym.core.structflow import STRUCTURAL_TYPES
 from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient, LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
-from ifgym.rewards.constraints import Constraint, conflicts
-from ifgym.simulators.flows import STRUCTURAL_TYPES, load_templates
+from ifgym.simulators.flows import load_templates
 from ifgym.simulators.render import phrasings
 from ifgym.simulators.structflow import (
     DATASETS,

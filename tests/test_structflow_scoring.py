@@ -14,11 +14,12 @@ import pytest
 
 import ifgym  # noqa: F401
 from ifgym.core import ChecklistItem, TurnSpec
+from ifgym.core.constraints import Constraint
+from ifgym.core.structflow import TYPE_WEIGHTS
 from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import CannedClient, LLMConfig
 from ifgym.policies import ScriptedPolicy
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.structflow import (
     ChecklistJudge,
     StructFlowScorer,
@@ -27,7 +28,6 @@ from ifgym.rewards.structflow import (
     parse_judgements,
     score_file,
 )
-from ifgym.simulators.flows import TYPE_WEIGHTS
 from ifgym.simulators.structflow import DATASETS
 
 TASK_ORDER = [

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from ifgym.core import Verdict
+from ifgym.core.catalog import EXCLUDE_MARKS as CATALOG_EXCLUDE
+from ifgym.core.catalog import INCLUDE_MARKS as CATALOG_INCLUDE
+from ifgym.core.catalog import QUOTATION_PAIRS as CATALOG_PAIRS
+from ifgym.core.constraints import GROUPS, REGISTRY, RULE_GROUPS, conflicts
 from ifgym.errors import ConfigError, DataFormatError, IfgymError, UnknownNameError
-from ifgym.rewards.catalog import EXCLUDE_MARKS as CATALOG_EXCLUDE
-from ifgym.rewards.catalog import INCLUDE_MARKS as CATALOG_INCLUDE
-from ifgym.rewards.catalog import QUOTATION_PAIRS as CATALOG_PAIRS
-from ifgym.rewards.constraints import GROUPS, REGISTRY, RULE_GROUPS, conflicts
 from ifgym.simulators.assets_io import (
     Style,
     Topic,

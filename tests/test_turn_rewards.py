@@ -17,11 +17,11 @@ from support.flexbench_agents import AGENTS, Policy, RuleBreaker
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import ChecklistItem, Episode, TurnRecord, TurnSpec, Verdict
+from ifgym.core.constraints import Constraint
 from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import make_client
 from ifgym.policies import ScriptedPolicy
-from ifgym.rewards.constraints import Constraint
 from ifgym.rewards.export import prompt_rows
 from ifgym.rewards.flexbench import load_dimensions
 from ifgym.rewards.structflow import ChecklistJudge

@@ -59,7 +59,7 @@ def _rating(messages: list[dict[str, str]]) -> str:
 
 
 def _describes(requirement: str, axis: str, label: str) -> bool:
-    from ifgym.rewards.constraints import Constraint
+    from ifgym.core.constraints import Constraint
 
     cid, param, suffix = AXIS_CONSTRAINTS[axis]
     return Constraint(cid, {param: label + suffix}).describe() == requirement

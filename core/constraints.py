@@ -1,13 +1,15 @@
-"""The constraint catalog: ids, params, the words a user says, and the rule that checks them.
+"""Constraints: an id plus params, and the machinery every constraint type shares.
 
 A `Constraint` is an id plus params, frozen and JSON-round-trippable. Its behaviour lives in
 a `ConstraintType` registered under that id (`length.words`, `format.json`, …), grouped into
 the twelve EvolIF groups; at most one constraint per group is live at a time. Rule types
-implement `check`; judged types (emotion, style, reader age) are scored by `rewards.judge`.
+implement `check`; judged types (emotion, style, reader age) are scored by
+`ifgym.rewards.evolif_judge.EvolIFJudge`.
 
-This module holds the machinery (registry, groups, strict/loose checking, the conflicts table);
-the concrete types live in `ifgym.rewards.catalog`, which is imported at the bottom so that
-importing this module registers the whole catalog.
+This module holds the machinery (registry, groups, keyword matching, the conflicts table); the
+concrete types live in `ifgym.core.catalog`, registered when `ifgym.core` is imported (which
+importing any of its modules does first). Scoring a reply against a constraint, strict or loose,
+with ifgym's or EvolIF's reading, is `ifgym.rewards.check`.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ifgym.core import Verdict
-from ifgym.errors import ActionError, ConstraintParamsError, JudgeRequiredError, UnknownNameError
+from ifgym.core.verdicts import Verdict
+from ifgym.errors import ConstraintParamsError, JudgeRequiredError, UnknownNameError
 
 # The twelve groups, in EvolIF's order. Rule groups first, judged groups last.
 GROUPS: tuple[str, ...] = (
@@ -71,7 +73,7 @@ class ConstraintType:
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Rule verdict for `reply` (strict). Judged types keep this default and raise."""
-        raise JudgeRequiredError(f"{cls.id} is judged by an LLM; score it with ifgym.rewards.judge")
+        raise JudgeRequiredError(f"{cls.id} is judged by an LLM; score it with ifgym.rewards.evolif_judge.EvolIFJudge")
 
 
 REGISTRY: dict[str, type[ConstraintType]] = {}
@@ -199,10 +201,6 @@ class Constraint:
         """The requirement in plain words, as the user would state it."""
         return self.kind.describe(self.params)
 
-    def check(self, reply: str, *, loose: bool = False, semantics: str = "ifgym") -> Verdict:
-        """Rule verdict for `reply`; same as the module-level `check(self, reply, ...)`."""
-        return check(self, reply, loose=loose, semantics=semantics)
-
     def to_json(self) -> dict[str, Any]:
         """`{"id": ..., "params": {...}}` with tuples as lists."""
         return {"id": self.id, "params": _to_json_value(self.params)}
@@ -248,88 +246,6 @@ def keyword_pattern(keyword: str) -> re.Pattern[str]:
 def count_keyword(text: str, keyword: str) -> int:
     """Non-overlapping occurrences of `keyword` in `text` (see `keyword_pattern`)."""
     return sum(1 for _ in keyword_pattern(keyword).finditer(text))
-
-
-# ---------------------------------------------------------------------------------------------
-# Strict and loose checking (IFEval style).
-
-_FENCED = re.compile(r"\A(?P<fence>`{3,}|~{3,})[^\n]*\n(?P<body>.*?)\n?[ \t]*(?P=fence)[ \t]*\Z", re.DOTALL)
-
-
-def _unfence(text: str) -> str | None:
-    """The body of one Markdown code fence enclosing the whole (stripped) text, else None."""
-    match = _FENCED.match(text.strip())
-    return match.group("body") if match else None
-
-
-def loose_variants(reply: str) -> list[tuple[str, str]]:
-    """The (name, text) variants loose checking tries, the reply as is first.
-
-    Variants: the reply; with the first line removed; with the last line removed; with both
-    removed; and each of those with one enclosing Markdown code fence removed. Variants that are
-    empty after stripping, or identical to an earlier one, are left out: an empty reply would
-    trivially pass "forbidden" rules, which is not what loose checking is for.
-    """
-    lines = reply.strip().split("\n")
-    bases = [("as is", reply)]
-    if len(lines) >= 2:
-        bases.append(("first line removed", "\n".join(lines[1:])))
-        bases.append(("last line removed", "\n".join(lines[:-1])))
-    if len(lines) >= 3:
-        bases.append(("first and last lines removed", "\n".join(lines[1:-1])))
-    variants: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for name, text in bases:
-        for vname, vtext in ((name, text), (f"{name}, code fence removed", _unfence(text))):
-            if vtext is None or not vtext.strip() or vtext in seen:
-                continue
-            seen.add(vtext)
-            variants.append((vname, vtext))
-    if not variants:  # an empty or blank reply: check it as is
-        variants.append(("as is", reply))
-    return variants
-
-
-# Whose reading of a rule `check` applies: ifgym's own (strict, or loose) or EvolIF's evaluator.
-SEMANTICS: tuple[str, ...] = ("ifgym", "evolif")
-
-
-def check(constraint: Constraint, reply: str, *, loose: bool = False, semantics: str = "ifgym") -> Verdict:
-    """Rule verdict of `constraint` on `reply`.
-
-    `semantics="ifgym"` (default) applies ifgym's rules, the stricter reading (the catalog's
-    docstrings say where it differs from EvolIF). Strict (default) applies the rule to the reply
-    as is; loose passes when the rule passes on any of `loose_variants(reply)`, and its reason
-    names the variant that passed. `semantics="evolif"` returns the verdict EvolIF's released
-    evaluator gives (source "rule:evolif"; see `ifgym.rewards.evolif_compat`); EvolIF has one
-    reading, so it takes no `loose`. Judged constraints raise JudgeRequiredError; a reply that is
-    not a string raises ActionError.
-    """
-    if not isinstance(constraint, Constraint):
-        raise TypeError(f"check expects a Constraint, got {type(constraint).__name__} {constraint!r}")
-    if not isinstance(reply, str):
-        raise ActionError(f"a reply must be a str, got {type(reply).__name__} {reply!r:.80}")
-    if semantics not in SEMANTICS:
-        raise UnknownNameError("checker semantics", semantics, SEMANTICS)
-    kind = constraint.kind
-    if kind.judged:
-        raise JudgeRequiredError(f"{constraint.id} is judged by an LLM; score it with ifgym.rewards.judge")
-    if semantics == "evolif":
-        if loose:
-            raise ValueError("semantics='evolif' has one reading (EvolIF's); loose=True applies to semantics='ifgym'")
-        from ifgym.rewards.evolif_compat import evolif_check  # it imports this module
-
-        return evolif_check(constraint, reply)
-    strict = kind.check(reply, constraint.params)
-    if not loose or strict.label == "yes":
-        if loose:
-            return Verdict(strict.label, f"loose (as is): {strict.reason}", strict.source)
-        return strict
-    for name, text in loose_variants(reply)[1:]:
-        verdict = kind.check(text, constraint.params)
-        if verdict.label == "yes":
-            return Verdict("yes", f"loose ({name}): {verdict.reason}", verdict.source)
-    return Verdict(strict.label, f"loose (no variant passed): {strict.reason}", strict.source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,9 +389,3 @@ def conflicts(a: Constraint, b: Constraint) -> str | None:
             if left.id in rule.left and right.id in rule.right and (rule.when is None or rule.when(left, right)):
                 return f"{left.id} vs {right.id}: {rule.reason}"
     return None
-
-
-# Importing the catalog registers every constraint type; it imports this module's names, so it
-# comes last. (If the catalog is imported first, this line sees it half-built, which is fine:
-# nothing here reads from it.)
-import ifgym.rewards.catalog  # noqa: E402, F401

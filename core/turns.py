@@ -1,64 +1,76 @@
-"""Plain data that flows through one turn: verdicts, user turns, turn records, episodes.
+"""Plain data that flows through one turn: checklist items, turn specs, user turns, turn records, episodes.
 
 Everything here is JSON-serialisable and free of behaviour beyond (de)serialisation, so
 simulators, rewards, envs and the logger can share it without importing each other.
+
+`TurnSpec.move` says where the dialogue is (`Move`, values in `MOVES`), and who sets which:
+
+- `new_topic`: EvolIF, a first or a new topic; StructFlow, the opening turn;
+- `continue`: EvolIF, the same topic; FlexBench, every caller turn after the first;
+- `return`: EvolIF, back to an earlier topic (its rules come back with it);
+- `replay`: a replayed file that states no move: EvolIF dialogues, GraphIF's evaluation sets
+  (their turn's relations are in `meta["relation"]`);
+- `open`: FlexBench, the caller's first words;
+- `follow-up`, `refinement`, `recall`, `expansion`, `summary`, `unrelatedness`: StructFlow, the
+  turn's relation to earlier turns.
+
+`ChecklistItem.kind` (`ItemKind`, values in `ITEM_KINDS`): `intra` (about this turn alone: a
+StructFlow intra-turn constraint), `structural` (about the turn's relation to earlier turns), `sop`
+(a FlexBench dimension, judged over the whole call).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
-if TYPE_CHECKING:
-    from ifgym.rewards.constraints import Constraint
+from ifgym.core.constraints import Constraint
+from ifgym.core.verdicts import Verdict
+from ifgym.errors import UnknownNameError
 
-Label = Literal["yes", "no", "unknown"]
-LABELS: tuple[Label, ...] = ("yes", "no", "unknown")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One item's outcome. `unknown` is a judge failure or a branch that does not apply."""
-
-    label: Label
-    reason: str = ""
-    source: str = "rule"  # "rule" | "judge:<model>"
-
-    def __post_init__(self) -> None:
-        if self.label not in LABELS:
-            raise ValueError(f"Verdict label must be one of {LABELS}, got {self.label!r}")
-
-    @property
-    def passed(self) -> bool | None:
-        """True for yes, False for no, None for unknown."""
-        return None if self.label == "unknown" else self.label == "yes"
-
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
-        return cls(label=data["label"], reason=data.get("reason", ""), source=data.get("source", "rule"))
+Move = Literal[
+    "new_topic",
+    "continue",
+    "return",
+    "replay",
+    "open",
+    "follow-up",
+    "refinement",
+    "recall",
+    "expansion",
+    "summary",
+    "unrelatedness",
+]
+MOVES: tuple[str, ...] = get_args(Move)
+ItemKind = Literal["intra", "structural", "sop"]
+ITEM_KINDS: tuple[str, ...] = get_args(ItemKind)
+Change = Literal["add", "remove", "modify"]
+CHANGES: tuple[str, ...] = get_args(Change)
 
 
 @dataclass(frozen=True)
 class ChecklistItem:
     """One yes/no question a reply must satisfy (StructFlow's checklists and similar).
 
-    `kind` is "intra" (about this turn alone) or "structural" (about its relation to earlier turns);
-    `type` names the constraint or relation type; `weight` is its weight in weighted scores. When the
-    item is machine-checkable, `constraint` carries it and the rule decides instead of a judge.
+    `kind` is "intra" (about this turn alone), "structural" (about its relation to earlier turns)
+    or "sop" (a FlexBench dimension); `type` names the constraint or relation type; `weight` is its
+    weight in weighted scores. When the item is machine-checkable, `constraint` carries it and the
+    rule decides instead of a judge.
     """
 
     id: str
     question: str
     type: str
-    kind: str = "intra"
+    kind: ItemKind = "intra"
     weight: float = 1.0
     constraint: Constraint | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ITEM_KINDS:
+            raise UnknownNameError("checklist item kind", self.kind, ITEM_KINDS)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -73,8 +85,6 @@ class ChecklistItem:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ChecklistItem:
-        from ifgym.rewards.constraints import Constraint
-
         raw = data.get("constraint")
         return cls(
             id=data["id"],
@@ -91,18 +101,24 @@ class ChecklistItem:
 class TurnSpec:
     """The ground truth of a user turn. Never shown to the policy.
 
-    `constraints` must hold in the reply; `topic` and `move` say where the dialogue is
-    (move: "new_topic" | "continue" | "return" | "replay"); `change` is the instruction-state
-    edit made this turn ("add" | "remove" | "modify" | None); `checklist` holds yes/no items for
-    checklist-judged envs (StructFlow); `meta` holds env-specific facts.
+    `constraints` must hold in the reply; `topic` and `move` say where the dialogue is (`MOVES`:
+    see the module docstring for who sets which); `change` is the instruction-state edit made this
+    turn (`CHANGES`: "add", "remove", "modify"; None for none); `checklist` holds yes/no items for
+    checklist-judged envs (StructFlow, FlexBench); `meta` holds env-specific facts.
     """
 
     constraints: tuple[Constraint, ...] = ()
     topic: str = ""
-    move: str = "continue"
-    change: str | None = None
+    move: Move = "continue"
+    change: Change | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     checklist: tuple[ChecklistItem, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.move not in MOVES:
+            raise UnknownNameError("turn move", self.move, MOVES)
+        if self.change is not None and self.change not in CHANGES:
+            raise UnknownNameError("instruction change", self.change, CHANGES)
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -118,8 +134,6 @@ class TurnSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TurnSpec:
-        from ifgym.rewards.constraints import Constraint
-
         return cls(
             constraints=tuple(Constraint.from_json(c) for c in data.get("constraints", ())),
             topic=data.get("topic", ""),

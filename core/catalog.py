@@ -1,13 +1,13 @@
 """The concrete constraint types of the twelve groups, registered on import.
 
-Import `ifgym.rewards.constraints` (which imports this module) rather than this module directly.
-The constants here (QUOTATION_PAIRS, INCLUDE_MARKS, EXCLUDE_MARKS, RELATIONS, EMOTIONS, STYLES,
-READER_AGES, LENGTH_UNITS) are the values a sampler draws from.
+Importing `ifgym.core` (which any of its modules does first) registers them. The constants here
+(QUOTATION_PAIRS, INCLUDE_MARKS, EXCLUDE_MARKS, LENGTH_RELATIONS, EMOTIONS, STYLES, READER_AGES,
+LENGTH_UNITS) are the values a constraint's params may take.
 
 Where ifgym's rules differ from EvolIF's own checkers, the class docstring says so; in short we
 are stricter about formats (CSV needs a real table, Markdown needs Markdown, HTML needs balanced
 tags) and we never turn a failing tool into a pass. EvolIF's own verdicts are one call away:
-`check(constraint, reply, semantics="evolif")` (see `ifgym.rewards.evolif_compat`).
+`ifgym.rewards.check(constraint, reply, semantics="evolif")` (see `ifgym.rewards.evolif_compat`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from typing import Any
 
 import emoji
 
-from ifgym.core import Verdict
+from ifgym.core.constraints import ConstraintType, count_keyword, params_error, register
+from ifgym.core.verdicts import Verdict
 from ifgym.errors import ConstraintParamsError, did_you_mean
-from ifgym.rewards.constraints import ConstraintType, count_keyword, params_error, register
 
 # ---------------------------------------------------------------------------------------------
 # Sampling pools (facts shared with EvolIF, so its files round-trip).
@@ -57,7 +57,7 @@ INCLUDE_MARKS: tuple[str, ...] = (
 # Marks a user might forbid: so common that avoiding them takes effort.
 EXCLUDE_MARKS: tuple[str, ...] = (".", ",", ":")
 _MARK_NAMES = {".": "period", ",": "comma", ":": "colon"}
-RELATIONS: tuple[str, ...] = ("less_than", "more_than", "exactly")
+LENGTH_RELATIONS: tuple[str, ...] = ("less_than", "more_than", "exactly")
 LENGTH_UNITS: tuple[str, ...] = ("words", "paragraphs", "characters", "sentences")
 EMOTIONS: tuple[str, ...] = ("happy", "sad", "neutral", "angry", "excited", "frustrated")
 STYLES: tuple[str, ...] = ("formal", "informal", "active voice", "passive voice")
@@ -1005,9 +1005,9 @@ class _LengthType(ConstraintType):
         """Params {relation: less_than|more_than|exactly, n: int >= 0} (EvolIF accepts 0, e.g. more_than 0)."""
         _fields(cls.id, params, ("relation", "n"))
         relation = params["relation"]
-        if relation not in RELATIONS:
-            hint = did_you_mean(relation, RELATIONS) if isinstance(relation, str) else ""
-            raise params_error(cls.id, "relation", relation, f"one of {', '.join(RELATIONS)}.{hint}".rstrip("."))
+        if relation not in LENGTH_RELATIONS:
+            hint = did_you_mean(relation, LENGTH_RELATIONS) if isinstance(relation, str) else ""
+            raise params_error(cls.id, "relation", relation, f"one of {', '.join(LENGTH_RELATIONS)}.{hint}".rstrip("."))
         return {"relation": relation, "n": _int(cls.id, "n", params["n"], 0)}
 
     @classmethod
@@ -1086,7 +1086,7 @@ class KeywordsExactCount(ConstraintType):
     """Each keyword occurs exactly its count of times, case-insensitive.
 
     A single word matches as a whole word; a phrase of several words as a substring with any
-    whitespace between its words (see `ifgym.rewards.constraints.keyword_pattern`). A count of 0
+    whitespace between its words (see `ifgym.core.constraints.keyword_pattern`). A count of 0
     means the keyword must not occur. EvolIF's checker skips keywords whose count is below 1
     (`semantics="evolif"` does too); its own sampler draws 1-3 keywords, and its edits can grow
     the set beyond three, so any number of keywords is accepted.

@@ -1,0 +1,140 @@
+"""The import graph: no cycles (imports in functions and TYPE_CHECKING blocks included), and the rooms' rules.
+
+The graph is read from the source with `ast`: every `import` and `from … import` anywhere in a
+module is an edge to the module it names (`from ifgym.a import b` points at `ifgym.a.b` when that
+is a module, else at `ifgym.a`). Executing a submodule also runs its package's `__init__`, but that
+implicit step is not an edge: a package `__init__` that gathers its submodules is not a cycle.
+
+Rooms (see each folder's `__init__` docstring): `core/` and `answers.py` are neutral (they use no
+room); `rewards/` uses nothing of `simulators/` (scoring does not depend on the user simulator);
+`policies/` nothing of `simulators/`, `rewards/` or `envs/` (the model under test sees only chat
+messages); `simulators/` and `rewards/` nothing of `envs/` or `policies/`. The rules hold for
+everything a room reaches, not only its own import lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = {"tests", "benchmarks", "build", "runs", "outputs"}
+
+# room -> rooms it must never reach
+RULES = {
+    "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
+    "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
+    "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies"),
+    "ifgym.simulators": ("ifgym.envs", "ifgym.policies"),
+    "ifgym.policies": ("ifgym.simulators", "ifgym.rewards", "ifgym.envs"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["ifgym", *parts])
+
+
+def package_modules() -> dict[str, Path]:
+    files = []
+    for folder, dirs, names in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if d not in SKIP and not d.startswith(".") and d != "__pycache__"]
+        files += [Path(folder) / n for n in names if n.endswith(".py")]
+    return {module_name(p): p for p in files}
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    modules = package_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
+                    for alias in node.names
+                ]
+            else:
+                continue
+            edges |= {t for t in targets if t in modules and t != name}
+        graph[name] = edges
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def in_room(module: str, room: str) -> bool:
+    return module == room or module.startswith(room + ".")
+
+
+def test_the_graph_sees_package_and_lazy_imports():
+    graph = import_graph()
+    assert "ifgym.envs.base" in graph["ifgym.envs"]  # a package gathering its submodules
+    assert "ifgym.rewards.evolif_judge" in graph["ifgym.envs.evolif"]  # imported inside EvolIFEnv.__init__
+    assert len(graph) > 40 and sum(map(len, graph.values())) > 100
+
+
+def test_no_import_cycle():
+    assert find_cycle(import_graph()) is None
+
+
+@pytest.mark.parametrize("room", sorted(RULES))
+def test_rooms_reach_only_what_they_may(room):
+    graph = import_graph()
+    leaks = {
+        (module, target)
+        for module in graph
+        if in_room(module, room)
+        for target in reachable(graph, module)
+        if any(in_room(target, banned) for banned in RULES[room])
+    }
+    assert not leaks, f"{room} reaches {sorted(leaks)[:10]}"
+
+
+def test_find_cycle_finds_one():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
