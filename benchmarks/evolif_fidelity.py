@@ -35,7 +35,6 @@ import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import Episode
 from ifgym.llm import LLMConfig
 from ifgym.rewards.metrics import HEADLINE
-from ifgym.simulators.render import phrasings
 
 MODES = ("change", "all")
 KINDS = ("new topic", "same topic", "return", "all turns")
@@ -47,7 +46,7 @@ def _kind(move: str) -> str:
 
 def _mentioned(constraint, text: str) -> bool:
     low = text.lower()
-    return any(p.lower() in low for p in phrasings(constraint))
+    return any(p.lower() in low for p in constraint.phrasings())
 
 
 def turn_texts(mode: str, seeds: range, turns: int) -> list[list[tuple[str, str, list, list]]]:

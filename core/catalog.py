@@ -1,8 +1,11 @@
 """The concrete constraint types of the twelve groups, registered on import.
 
-Importing `ifgym.core` (which any of its modules does first) registers them. The constants here
-(QUOTATION_PAIRS, INCLUDE_MARKS, EXCLUDE_MARKS, LENGTH_RELATIONS, EMOTIONS, STYLES, READER_AGES,
-LENGTH_UNITS) are the values a constraint's params may take.
+Importing `ifgym.core` (which any of its modules does first) registers them. Each type keeps
+together what it means: its params (`normalize`), its words (`describe`), its rule (`check`), and
+how it is drawn and varied (`sample`, `vary`; `ifgym.core.sampling` draws one that fits the others).
+The constants here (QUOTATION_PAIRS, INCLUDE_MARKS, EXCLUDE_MARKS, LENGTH_RELATIONS, EMOTIONS,
+STYLES, READER_AGES, LENGTH_UNITS) are the values a constraint's params may take; START_LETTERS,
+END_LETTERS, EMOJIS, NATURAL_QUOTATION_PAIRS and NATURAL_INCLUDE_MARKS the ones the samplers draw.
 
 Where ifgym's rules differ from EvolIF's own checkers, the class docstring says so; in short we
 are stricter about formats (CSV needs a real table, Markdown needs Markdown, HTML needs balanced
@@ -24,9 +27,12 @@ from html.parser import HTMLParser
 from typing import Any
 
 import emoji
+import numpy as np
 
 from ifgym.core.constraints import ConstraintType, count_keyword, params_error, register
+from ifgym.core.sampling import SampleContext, choice, pick_keywords, randint, tokens
 from ifgym.core.verdicts import Verdict
+from ifgym.core.wording import a, and_list, count, or_list, quote, times
 from ifgym.errors import ConstraintParamsError, did_you_mean
 
 # ---------------------------------------------------------------------------------------------
@@ -56,7 +62,16 @@ INCLUDE_MARKS: tuple[str, ...] = (
 )  # fmt: skip
 # Marks a user might forbid: so common that avoiding them takes effort.
 EXCLUDE_MARKS: tuple[str, ...] = (".", ",", ":")
+# What the samplers draw from: facts about what reads naturally in an English request, subsets of the pools above.
+START_LETTERS = "ABCDEFGHILMNOPRSTW"  # letters many English words start with
+END_LETTERS = "adehklmnorsty"  # letters many English words end with
+EMOJIS: tuple[str, ...] = ("😀", "🚀", "🌟", "✅", "🔥", "🎉", "💡", "📌", "🌈", "🤔", "👍", "🍀")
+NATURAL_QUOTATION_PAIRS: tuple[tuple[str, str], ...] = (
+    ("“", "”"), ("《", "》"), ("「", "」"), ("[", "]"), ("«", "»"), ("『", "』"), ("〈", "〉"),
+)  # fmt: skip
+NATURAL_INCLUDE_MARKS: tuple[str, ...] = ("!", "?", ";", "…", "—", "~", "@", "&", "%")
 _MARK_NAMES = {".": "period", ",": "comma", ":": "colon"}
+FORMAT_NAMES = {"json": "JSON", "html": "HTML", "xml": "XML", "csv": "CSV", "markdown": "Markdown"}
 LENGTH_RELATIONS: tuple[str, ...] = ("less_than", "more_than", "exactly")
 LENGTH_UNITS: tuple[str, ...] = ("words", "paragraphs", "characters", "sentences")
 EMOTIONS: tuple[str, ...] = ("happy", "sad", "neutral", "angry", "excited", "frustrated")
@@ -215,6 +230,21 @@ class _LetterType(_EdgeType):
         return f"{cls._verb()} your reply with the letter '{params['letter'].upper()}'."
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "start your reply with the letter “A”"."""
+        letter, verb, edge = quote(params["letter"].upper()), cls._verb().lower(), cls._edge()
+        return (
+            f"{verb} your reply with the letter {letter}",
+            f"make the {edge} letter of your answer {letter}",
+            f"{'finish' if cls.last else 'begin'} the response so that its {edge} letter is {letter}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A letter many English words start (end) with."""
+        return {"letter": choice(rng, END_LETTERS if cls.last else START_LETTERS)}
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Compare the first/last alphabetic character, folded, with the letter."""
         want = params["letter"]
@@ -247,6 +277,21 @@ class _EmojiType(_EdgeType):
     def describe(cls, params: Mapping[str, Any]) -> str:
         """E.g. "End your reply with the emoji 🤩."."""
         return f"{cls._verb()} your reply with the emoji {params['emoji']}."
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "put 🚀 at the very end of your answer"."""
+        e, verb = params["emoji"], cls._verb().lower()
+        return (
+            f"{verb} your reply with the emoji {e}",
+            f"put {e} at the very {'end' if cls.last else 'beginning'} of your answer",
+            f"{'close' if cls.last else 'open'} the response with {e}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A common emoji."""
+        return {"emoji": choice(rng, EMOJIS)}
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -296,6 +341,24 @@ class _KeywordEdgeType(_EdgeType):
         return re.compile(r"\A[\W_]*?" + body + tail, re.IGNORECASE)
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "make “battery” the first word of your answer"."""
+        k, verb, edge = quote(params["keyword"]), cls._verb().lower(), cls._edge()
+        return (
+            f"{verb} your reply with the word {k}",
+            f"make {k} the {edge} word of your answer",
+            f"{'finish' if cls.last else 'begin'} the response with {k}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
+        """A topic keyword no other constraint forbids, a single word when there is one."""
+        pool = ctx.required_pool()
+        single = [k for k in pool if " " not in k]  # a single word reads better as a first/last word
+        pool = single or pool
+        return {"keyword": choice(rng, pool)} if pool else None
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Match the keyword at the edge, skipping non-word characters."""
         want = params["keyword"]
@@ -340,6 +403,28 @@ class _QuotationType(_EdgeType):
         if cls.last:
             return f"End your reply with a quotation that closes with '{right}' (opened earlier with '{left}')."
         return f"Start your reply with a quotation that opens with '{left}' and closes with '{right}'."
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "begin the response with a quotation that starts with “《” and ends with “》”"."""
+        left, right = quote(params["left"]), quote(params["right"])
+        if not cls.last:
+            return (
+                f"open your reply with {left} and close that quotation later with {right}",
+                f"begin the response with a quotation that starts with {left} and ends with {right}",
+                f"start your answer with the quotation mark {left} (closed later by {right})",
+            )
+        return (
+            f"end your reply with a quotation that opens with {left} and closes with {right}",
+            f"close the response with {right}, the end of a quotation opened with {left}",
+            f"finish your answer with a quoted passage between {left} and {right}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A quotation pair that reads naturally in an English request."""
+        left, right = choice(rng, NATURAL_QUOTATION_PAIRS)
+        return {"left": left, "right": right}
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -419,6 +504,15 @@ class EndWithQuotation(_QuotationType):
 # format
 
 
+_FORMAT_ASKS = {
+    "format.json": "give me the whole answer as one JSON value that a parser accepts",
+    "format.html": "write the answer as HTML markup with every tag properly closed",
+    "format.xml": "wrap the whole answer in a single well-formed XML document",
+    "format.csv": "present everything as a CSV table with the same number of columns on every row",
+    "format.markdown": "use Markdown structure such as headings, lists or emphasis in your answer",
+}
+
+
 class _FormatType(ConstraintType):
     """Shared params handling of the format group (no params)."""
 
@@ -430,6 +524,17 @@ class _FormatType(ConstraintType):
     def normalize(cls, params: Mapping[str, Any]) -> dict[str, Any]:
         """No params: pass {}."""
         _fields(cls.id, params, ())
+        return {}
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "give me the response in JSON only"."""
+        name = FORMAT_NAMES[cls.id.split(".")[1]]
+        return (f"format the whole reply as valid {name}", _FORMAT_ASKS[cls.id], f"give me the response in {name} only")
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """No params to draw."""
         return {}
 
     @classmethod
@@ -727,6 +832,22 @@ class _CaseType(ConstraintType):
         return "Write your entire reply in lowercase letters, with no capital letters."
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "put the whole reply in ALL CAPS"."""
+        if cls.want_upper:
+            return (
+                "write everything in capital letters",
+                "use only uppercase letters",
+                "put the whole reply in ALL CAPS",
+            )
+        return ("write everything in lowercase letters", "keep every letter lowercase", "use lowercase only")
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """No params to draw."""
+        return {}
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Count upper and lower cased letters."""
         upper, lower = _case_counts(reply)
@@ -774,6 +895,22 @@ class CaseUpperRatio(ConstraintType):
     def describe(cls, params: Mapping[str, Any]) -> str:
         """E.g. "Make about 46% of the letters in your reply uppercase."."""
         return f"Make about {params['percent']}% of the letters in your reply uppercase (give or take 3 points)."
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "make about 40% of the letters uppercase"."""
+        pct = params["percent"]
+        return (
+            f"make about {pct}% of the letters uppercase",
+            f"keep the share of capital letters at roughly {pct}%",
+            f"write so that around {pct} percent of all letters are capitals",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A percentage on the ranges' grid (`upper_ratio` in steps of `upper_ratio_step`)."""
+        low, high = ctx.ranges.upper_ratio
+        return {"percent": choice(rng, list(range(low, high + 1, ctx.ranges.upper_ratio_step)))}
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -827,6 +964,21 @@ class PunctuationInclude(ConstraintType):
         return f"Use the punctuation mark '{params['mark']}' at least once in your reply."
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "use “;” somewhere in the reply"."""
+        mark = quote(params["mark"])
+        return (
+            f"include the character {mark} at least once",
+            f"use {mark} somewhere in the reply",
+            f"make sure a {mark} appears in your answer",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A mark that reads naturally in an English request."""
+        return {"mark": choice(rng, NATURAL_INCLUDE_MARKS)}
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Substring count."""
         mark = params["mark"]
@@ -857,6 +1009,21 @@ class PunctuationExclude(ConstraintType):
         """E.g. "Do not use a single comma (',') anywhere in your reply."."""
         mark = params["mark"]
         return f"Do not use a single {_MARK_NAMES[mark]} ('{mark}') anywhere in your reply."
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "leave out every comma (“,”)"."""
+        mark, name = quote(params["mark"]), _MARK_NAMES.get(params["mark"], "mark")
+        return (
+            f"avoid the {name} character {mark} entirely",
+            f"leave out every {name} ({mark})",
+            f"write without a single {mark}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A mark common enough that avoiding it takes effort."""
+        return {"mark": choice(rng, EXCLUDE_MARKS)}
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -922,6 +1089,22 @@ class BulletsCount(ConstraintType):
         return (
             f"Include exactly {_plural(params['n'], 'bullet point')}, each on its own line starting with '* ' or '- '."
         )
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "include exactly 3 bullet points"."""
+        n = params["n"]
+        plural = "bullet point" if n == 1 else "bullet points"
+        return (
+            f"include exactly {n} {plural}",
+            f"use exactly {n} {plural} (lines starting with - or *)",
+            f"give exactly {n} bulleted {'item' if n == 1 else 'items'}, no more and no fewer",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A count in `ranges.bullets`."""
+        return {"n": randint(rng, ctx.ranges.bullets)}
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -1025,6 +1208,42 @@ class _LengthType(ConstraintType):
         return f"Write exactly {amount}.{extra}"
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "keep it under 40 words"."""
+        amount, relation = count(params["n"], (cls.unit[:-1], cls.unit)), params["relation"]
+        if relation == "less_than":
+            out = [f"keep it under {amount}", f"use fewer than {amount}", f"stay below {amount} in total"]
+        elif relation == "more_than":
+            out = [f"write more than {amount}", f"make it longer than {amount}", f"go beyond {amount}"]
+        else:
+            out = [f"use exactly {amount}", f"write exactly {amount}, no more and no fewer"]
+            out.append(f"make it precisely {amount} long")
+        if cls.unit == "paragraphs":
+            out[0] += " (paragraphs separated by blank lines)"
+        return tuple(out)
+
+    @classmethod
+    def _relations(cls, ctx: SampleContext) -> tuple[str, ...]:
+        # "exactly" only for units where an exact count is a fair ask (exactly 137 words is not)
+        return LENGTH_RELATIONS if cls.unit in ctx.ranges.exact_length_units else LENGTH_RELATIONS[:2]
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """A relation and a count in the unit's range."""
+        return {"relation": choice(rng, cls._relations(ctx)), "n": randint(rng, getattr(ctx.ranges, cls.unit))}
+
+    @classmethod
+    def vary(cls, rng: np.random.Generator, params: Mapping[str, Any], ctx: SampleContext) -> dict[str, Any]:
+        """Another relation, or another count (even odds)."""
+        params = dict(params)
+        if rng.random() < 0.5:
+            others = [r for r in cls._relations(ctx) if r != params["relation"]]
+            params["relation"] = choice(rng, others)
+        else:
+            params["n"] = randint(rng, getattr(ctx.ranges, cls.unit))
+        return params
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Count, then compare strictly."""
         relation, n = params["relation"], params["n"]
@@ -1121,6 +1340,35 @@ class KeywordsExactCount(ConstraintType):
         return " and ".join(words) + " in your reply."
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "mention “battery” exactly twice"."""
+        exact = and_list([f"{quote(k)} exactly {times(v)}" for k, v in params["counts"].items()])
+        return (f"mention {exact}", f"use {exact} in your reply", f"include {exact}, counting case-insensitively")
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
+        """Topic keywords no other constraint forbids, no two sharing a word, each with a count."""
+        chosen = pick_keywords(rng, ctx.required_pool(), randint(rng, ctx.ranges.keywords_per_constraint))
+        if not chosen:
+            return None
+        return {"counts": {k: randint(rng, ctx.ranges.keyword_count) for k in chosen}}
+
+    @classmethod
+    def vary(cls, rng: np.random.Generator, params: Mapping[str, Any], ctx: SampleContext) -> dict[str, Any] | None:
+        """Change how often one keyword must occur, or swap one keyword for another of the topic (even odds)."""
+        counts = dict(params["counts"])
+        keys = list(counts)
+        if rng.random() < 0.5:
+            counts[choice(rng, keys)] = randint(rng, ctx.ranges.keyword_count)
+            return {"counts": counts}
+        key = choice(rng, keys)
+        used = frozenset().union(*(tokens(k) for k in keys if k != key))
+        pool = [k for k in ctx.required_pool() if k not in counts and not (tokens(k) & used)]
+        if not pool:
+            return None
+        return {"counts": {(choice(rng, pool) if k == key else k): v for k, v in counts.items()}}
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Count each keyword; report all counts."""
         report, ok = [], True
@@ -1156,6 +1404,45 @@ class ForbiddenWords(ConstraintType):
         return f"Do not use the {noun} {_quoted_list(words, 'or')} anywhere in your reply."
 
     @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "avoid the words “grid” or “roof”"."""
+        words = or_list([quote(w) for w in params["words"]])
+        noun = "word" if len(params["words"]) == 1 else "words"
+        return (
+            f"avoid the {noun} {words}",
+            f"leave the {noun} {words} out of your reply",
+            f"write without ever using {words}",
+        )
+
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
+        """Topic keywords outside the title and no other constraint's required words, no two sharing a word."""
+        chosen = pick_keywords(rng, ctx.forbidden_pool(), randint(rng, ctx.ranges.keywords_per_constraint))
+        return {"words": chosen} if chosen else None
+
+    @classmethod
+    def vary(cls, rng: np.random.Generator, params: Mapping[str, Any], ctx: SampleContext) -> dict[str, Any] | None:
+        """Drop one word, forbid one more, or replace one (a third each, as far as possible)."""
+        words = list(params["words"])
+        high = ctx.ranges.keywords_per_constraint[1]
+        pool = [k for k in ctx.forbidden_pool() if k not in words]
+        roll = rng.random()
+        if roll < 1 / 3 and len(words) > 1:  # drop one word
+            del words[int(rng.integers(len(words)))]
+            return {"words": words}
+        used = frozenset().union(*(tokens(w) for w in words))
+        fresh = [k for k in pool if not (tokens(k) & used)]
+        if roll < 2 / 3 and len(words) < high and fresh:  # forbid one more word
+            return {"words": [*words, choice(rng, fresh)]}
+        i = int(rng.integers(len(words)))  # replace one word
+        used = frozenset().union(*(tokens(w) for j, w in enumerate(words) if j != i))
+        fresh = [k for k in pool if not (tokens(k) & used)]
+        if not fresh:
+            return None
+        words[i] = choice(rng, fresh)
+        return {"words": words}
+
+    @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Count every forbidden word; name the ones found."""
         found = {word: count_keyword(reply, word) for word in params["words"]}
@@ -1182,6 +1469,11 @@ class _JudgedType(ConstraintType):
         _fields(cls.id, params, (cls.field,))
         return {cls.field: _choice(cls.id, cls.field, params[cls.field], cls.allowed)}
 
+    @classmethod
+    def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
+        """One of the allowed values."""
+        return {cls.field: choice(rng, cls.allowed)}
+
 
 @register
 class EmotionTone(_JudgedType):
@@ -1198,6 +1490,12 @@ class EmotionTone(_JudgedType):
         article = "an" if value[0] in "aeiou" else "a"
         return f"Write your reply with {article} {value} tone."
 
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "let the reply sound excited"."""
+        e = params["emotion"]
+        return (f"write in {a(e)} tone", f"let the reply sound {e}", f"make the mood of the answer {e}")
+
 
 @register
 class StyleRegister(_JudgedType):
@@ -1213,7 +1511,21 @@ class StyleRegister(_JudgedType):
             return f"Write your reply in the {value}."
         return f"Write your reply in {'a' if value == 'formal' else 'an'} {value} style."
 
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "keep the register formal"."""
+        s = params["style"]
+        if "voice" in s:
+            return (f"use the {s}", f"write mostly in the {s}", f"phrase your sentences in the {s}")
+        return (f"write in {a(s)} style", f"keep the register {s}", f"make the wording {s}")
 
+
+_AUDIENCES = {  # three ways of naming each reader age, for the phrasings
+    "child": ("a young child", "children", "a kid"),
+    "youth": ("a teenager", "teenage readers", "a high-school student"),
+    "adult": ("an adult reader", "grown-up readers", "an adult audience"),
+    "senior": ("a senior reader", "older readers", "a retired audience"),
+}
 _AGE_WORDS = {
     "child": "a young child",
     "youth": "a teenager",
@@ -1232,3 +1544,13 @@ class ReaderAgeAudience(_JudgedType):
     def describe(cls, params: Mapping[str, Any]) -> str:
         """E.g. "Write your reply so that a young child can follow it."."""
         return f"Write your reply so that {_AGE_WORDS[params['age']]} can follow it easily."
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """E.g. "aim the reply at teenage readers"."""
+        one, many, other = _AUDIENCES[params["age"]]
+        return (
+            f"write it for {one}",
+            f"aim the reply at {many}",
+            f"pitch the answer so that {other} can follow it easily",
+        )

@@ -21,7 +21,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from ifgym.core.verdicts import Verdict
+from ifgym.core.wording import clause
 from ifgym.errors import ConstraintParamsError, JudgeRequiredError, UnknownNameError
 
 # The twelve groups, in EvolIF's order. Rule groups first, judged groups last.
@@ -53,9 +56,13 @@ class ConstraintType:
       field, the value received and what is allowed.
     - ``describe(params) -> str``: the requirement in plain words, as the user would state it.
     - ``check(reply, params) -> Verdict`` (rule types only): the strict verdict for `reply`.
+    - ``sample(rng, ctx) -> dict | None``: params drawn from `rng` within the sampling context
+      (`ifgym.core.sampling.SampleContext`), or None when the context leaves nothing to draw.
 
-    All methods are pure functions of their arguments (no hidden state). `register` refuses a
-    class that lacks one of them, so a half-written type fails at import time, not mid-episode.
+    ``vary(rng, params, ctx)`` (how a user would change the params of a live constraint) defaults
+    to drawing them afresh. All methods are pure functions of their arguments (no hidden state).
+    `register` refuses a class that lacks one of them, so a half-written type fails at import time,
+    not mid-episode.
     """
 
     id: ClassVar[str]
@@ -69,6 +76,25 @@ class ConstraintType:
 
         @classmethod
         def describe(cls, params: Mapping[str, Any]) -> str: ...
+
+        @classmethod
+        def sample(cls, rng: np.random.Generator, ctx: Any) -> dict[str, Any] | None: ...
+
+    @classmethod
+    def phrasings(cls, params: Mapping[str, Any]) -> tuple[str, ...]:
+        """Ways a user states the requirement: infinitive clauses ("keep it under 40 words"), none a negation.
+
+        They fit "Please …", "You no longer need to …" and "… rather than …". Default: `describe` as a clause.
+        """
+        return (clause(cls.describe(params)),)
+
+    @classmethod
+    def vary(cls, rng: np.random.Generator, params: Mapping[str, Any], ctx: Any) -> dict[str, Any] | None:
+        """New params for a live constraint of this id, as a user would change them (default: drawn afresh).
+
+        `ctx` is an `ifgym.core.sampling.SampleContext` (that module imports this one).
+        """
+        return cls.sample(rng, ctx)
 
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
@@ -95,7 +121,7 @@ def register(cls: type[ConstraintType]) -> type[ConstraintType]:
         raise TypeError(f"{name}.group {group!r} is not one of {', '.join(GROUPS)}")
     if not cid.startswith(group + "."):
         raise TypeError(f"{name}.id {cid!r} must start with its group prefix {group + '.'!r}")
-    for method in ("normalize", "describe"):
+    for method in ("normalize", "describe", "sample"):
         if not callable(getattr(cls, method, None)):
             raise TypeError(f"{name} ({cid}) must define the classmethod `{method}`")
     overrides_check = getattr(cls.check, "__func__", None) is not ConstraintType.check.__func__
@@ -200,6 +226,10 @@ class Constraint:
     def describe(self) -> str:
         """The requirement in plain words, as the user would state it."""
         return self.kind.describe(self.params)
+
+    def phrasings(self) -> tuple[str, ...]:
+        """Ways a user states the requirement (infinitive clauses, lowercase start): see `ConstraintType.phrasings`."""
+        return self.kind.phrasings(self.params)
 
     def to_json(self) -> dict[str, Any]:
         """`{"id": ..., "params": {...}}` with tuples as lists."""

@@ -16,8 +16,7 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,19 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
-from ifgym.core.catalog import EMOTIONS, EXCLUDE_MARKS, LENGTH_RELATIONS, READER_AGES, STYLES
-from ifgym.core.constraints import GROUPS, Constraint, conflicts, ids_in_group
+from ifgym.core.catalog import LENGTH_UNITS
+from ifgym.core.constraints import GROUPS, Constraint
+from ifgym.core.sampling import (
+    RANGE_FIELDS,
+    Change,
+    Ranges,
+    SampleContext,
+    change_one,
+    forbidden_tokens,
+    required_tokens,
+    sample_compatible,
+    title_tokens,
+)
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics, styles_from_json, topics_from_json
 from ifgym.simulators.base import UserSimulator
@@ -42,10 +52,7 @@ from ifgym.simulators.render import (
 
 __all__ = [
     "CHANGES",
-    "EMOJIS",
     "MOVES",
-    "QUOTATION_PAIRS",
-    "SAMPLERS",
     "EvolIFTracker",
     "EvolIFUser",
     "TrackerConfig",
@@ -54,14 +61,6 @@ __all__ = [
 
 MOVES = ("new_topic", "continue", "return")
 CHANGES = ("add", "remove", "modify")
-
-# Value pools for the samplers (facts about what reads naturally, not tuned numbers).
-START_LETTERS = "ABCDEFGHILMNOPRSTW"  # letters many English words start with
-END_LETTERS = "adehklmnorsty"  # letters many English words end with
-EMOJIS = ("😀", "🚀", "🌟", "✅", "🔥", "🎉", "💡", "📌", "🌈", "🤔", "👍", "🍀")
-# Subsets of the catalog's pools that read naturally in an English request.
-QUOTATION_PAIRS = (("“", "”"), ("《", "》"), ("「", "」"), ("[", "]"), ("«", "»"), ("『", "』"), ("〈", "〉"))
-INCLUDE_MARKS = ("!", "?", ";", "…", "—", "~", "@", "&", "%")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
@@ -98,20 +97,26 @@ class TrackerConfig:
     initial_constraints: int = field(default=1, metadata={"help": "constraints on a new topic's first turn"})
     groups: tuple[str, ...] | None = field(default=None, metadata={"help": "constraint groups in play"})
     max_live: int | None = field(default=None, metadata={"help": "cap on live constraints per topic"})
+    # The ranges params are drawn from (`ifgym.core.sampling.Ranges`, whose defaults these are).
     keywords_per_constraint: tuple[int, int] = field(
-        default=(1, 3), metadata={"help": "keywords in one keywords.exact_count / forbidden.words"}
+        default=Ranges.keywords_per_constraint,
+        metadata={"help": "keywords in one keywords.exact_count / forbidden.words"},
     )
-    keyword_count: tuple[int, int] = field(default=(1, 3), metadata={"help": "times each required keyword occurs"})
-    disjoint_keywords: bool = field(default=True, metadata={"help": "forbidden and required keywords share no word"})
-    words: tuple[int, int] = (30, 300)
-    sentences: tuple[int, int] = (2, 12)
-    paragraphs: tuple[int, int] = (1, 5)
-    characters: tuple[int, int] = (200, 1500)
-    bullets: tuple[int, int] = (2, 7)
-    upper_ratio: tuple[int, int] = (20, 80)
-    upper_ratio_step: int = 5
+    keyword_count: tuple[int, int] = field(
+        default=Ranges.keyword_count, metadata={"help": "times each required keyword occurs"}
+    )
+    disjoint_keywords: bool = field(
+        default=Ranges.disjoint_keywords, metadata={"help": "forbidden and required keywords share no word"}
+    )
+    words: tuple[int, int] = Ranges.words
+    sentences: tuple[int, int] = Ranges.sentences
+    paragraphs: tuple[int, int] = Ranges.paragraphs
+    characters: tuple[int, int] = Ranges.characters
+    bullets: tuple[int, int] = Ranges.bullets
+    upper_ratio: tuple[int, int] = Ranges.upper_ratio
+    upper_ratio_step: int = Ranges.upper_ratio_step
     exact_length_units: tuple[str, ...] = field(
-        default=("sentences", "paragraphs"),
+        default=Ranges.exact_length_units,
         metadata={"help": "length units that may use relation 'exactly' (exactly 137 words is not a fair ask)"},
     )
     sample_tries: int = field(default=8, metadata={"help": "attempts per group/constraint before giving up"})
@@ -164,9 +169,14 @@ class TrackerConfig:
         self.upper_ratio = (low, high)
         units = tuple(self.exact_length_units)
         for u in units:
-            if u not in _LENGTH_UNITS.values():
-                raise UnknownNameError("length unit", u, _LENGTH_UNITS.values())
+            if u not in LENGTH_UNITS:
+                raise UnknownNameError("length unit", u, LENGTH_UNITS)
         self.exact_length_units = units
+
+    @property
+    def ranges(self) -> Ranges:
+        """The ranges params are drawn from."""
+        return Ranges(**{name: getattr(self, name) for name in RANGE_FIELDS})
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrackerConfig:
@@ -176,231 +186,6 @@ class TrackerConfig:
             if key not in names:
                 raise UnknownNameError("TrackerConfig field", key, names)
         return cls(**dict(data))
-
-
-# ---------------------------------------------------------------------------------------------
-# Parameter samplers: one per constraint id. Each returns params valid for Constraint(id, params),
-# or None when the context leaves nothing to choose (e.g. every keyword is forbidden).
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Context:
-    config: TrackerConfig
-    keywords: tuple[str, ...]
-    required_tokens: frozenset[str]  # words inside required keywords of the other live constraints
-    forbidden_tokens: frozenset[str]  # words inside forbidden keywords of the other live constraints
-    title_tokens: frozenset[str]  # words of the topic title (a user would not forbid those)
-
-
-_LENGTH_UNITS = {
-    "length.words": "words",
-    "length.sentences": "sentences",
-    "length.paragraphs": "paragraphs",
-    "length.characters": "characters",
-}
-
-
-_WORD = re.compile(r"\w+")
-
-
-def _tokens(keyword: str) -> frozenset[str]:
-    return frozenset(keyword.lower().split())
-
-
-def _randint(rng: np.random.Generator, bounds: tuple[int, int]) -> int:
-    return int(rng.integers(bounds[0], bounds[1] + 1))
-
-
-def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
-    return options[int(rng.integers(len(options)))]
-
-
-def _pick_keywords(rng: np.random.Generator, pool: Sequence[str], k: int) -> list[str]:
-    """Up to k keywords from pool, no two sharing a word (so exact counts cannot contradict)."""
-    chosen: list[str] = []
-    used: set[str] = set()
-    for i in rng.permutation(len(pool)):
-        kw = pool[int(i)]
-        if not (_tokens(kw) & used):
-            chosen.append(kw)
-            used |= _tokens(kw)
-            if len(chosen) == k:
-                break
-    return chosen
-
-
-def _required_pool(ctx: _Context) -> list[str]:
-    avoid = ctx.forbidden_tokens if ctx.config.disjoint_keywords else frozenset()
-    return [k for k in ctx.keywords if not (_tokens(k) & avoid)]
-
-
-def _edge_keyword(rng: np.random.Generator, ctx: _Context) -> dict[str, Any] | None:
-    pool = _required_pool(ctx)
-    single = [k for k in pool if " " not in k]  # a single word reads better as a first/last word
-    pool = single or pool
-    return {"keyword": _choice(rng, pool)} if pool else None
-
-
-def _exact_counts(rng: np.random.Generator, ctx: _Context) -> dict[str, Any] | None:
-    chosen = _pick_keywords(rng, _required_pool(ctx), _randint(rng, ctx.config.keywords_per_constraint))
-    if not chosen:
-        return None
-    return {"counts": {k: _randint(rng, ctx.config.keyword_count) for k in chosen}}
-
-
-def _forbidden_pool(ctx: _Context) -> list[str]:
-    avoid = ctx.title_tokens | (ctx.required_tokens if ctx.config.disjoint_keywords else frozenset())
-    return [k for k in ctx.keywords if not (_tokens(k) & avoid)]
-
-
-def _forbidden_words(rng: np.random.Generator, ctx: _Context) -> dict[str, Any] | None:
-    chosen = _pick_keywords(rng, _forbidden_pool(ctx), _randint(rng, ctx.config.keywords_per_constraint))
-    return {"words": chosen} if chosen else None
-
-
-def _length_sampler(unit: str) -> Callable[[np.random.Generator, _Context], dict[str, Any]]:
-    def sample(rng: np.random.Generator, ctx: _Context) -> dict[str, Any]:
-        relations = LENGTH_RELATIONS if unit in ctx.config.exact_length_units else LENGTH_RELATIONS[:2]
-        return {"relation": _choice(rng, relations), "n": _randint(rng, getattr(ctx.config, unit))}
-
-    return sample
-
-
-def _upper_ratio(rng: np.random.Generator, ctx: _Context) -> dict[str, Any]:
-    low, high = ctx.config.upper_ratio
-    step = ctx.config.upper_ratio_step
-    values = list(range(low, high + 1, step))
-    return {"percent": _choice(rng, values)}
-
-
-def _fixed(params: dict[str, Any]) -> Callable[[np.random.Generator, _Context], dict[str, Any]]:
-    return lambda rng, ctx: dict(params)
-
-
-def _one_of(name: str, values: Sequence[Any]) -> Callable[[np.random.Generator, _Context], dict[str, Any]]:
-    return lambda rng, ctx: {name: _choice(rng, values)}
-
-
-def _quotation(rng: np.random.Generator, ctx: _Context) -> dict[str, Any]:
-    left, right = _choice(rng, QUOTATION_PAIRS)
-    return {"left": left, "right": right}
-
-
-Sampler = Callable[[np.random.Generator, _Context], "dict[str, Any] | None"]
-
-SAMPLERS: dict[str, Sampler] = {
-    "start_with.letter": _one_of("letter", START_LETTERS),
-    "start_with.emoji": _one_of("emoji", EMOJIS),
-    "start_with.keyword": _edge_keyword,
-    "start_with.quotation": _quotation,
-    "end_with.letter": _one_of("letter", END_LETTERS),
-    "end_with.emoji": _one_of("emoji", EMOJIS),
-    "end_with.keyword": _edge_keyword,
-    "end_with.quotation": _quotation,
-    "format.json": _fixed({}),
-    "format.html": _fixed({}),
-    "format.xml": _fixed({}),
-    "format.csv": _fixed({}),
-    "format.markdown": _fixed({}),
-    "case.upper": _fixed({}),
-    "case.lower": _fixed({}),
-    "case.upper_ratio": _upper_ratio,
-    "punctuation.include": _one_of("mark", INCLUDE_MARKS),
-    "punctuation.exclude": _one_of("mark", EXCLUDE_MARKS),
-    "bullets.count": lambda rng, ctx: {"n": _randint(rng, ctx.config.bullets)},
-    **{cid: _length_sampler(unit) for cid, unit in _LENGTH_UNITS.items()},
-    "keywords.exact_count": _exact_counts,
-    "forbidden.words": _forbidden_words,
-    "emotion.tone": _one_of("emotion", EMOTIONS),
-    "style.register": _one_of("style", STYLES),
-    "reader_age.audience": _one_of("age", READER_AGES),
-}
-
-
-# "Moves" for a modify that keeps the id: change one parameter the way a user would.
-def _move_length(rng: np.random.Generator, old: Constraint, ctx: _Context) -> dict[str, Any] | None:
-    unit = _LENGTH_UNITS[old.id]
-    params = dict(old.params)
-    if rng.random() < 0.5:
-        relations = LENGTH_RELATIONS if unit in ctx.config.exact_length_units else LENGTH_RELATIONS[:2]
-        others = [r for r in relations if r != params["relation"]]
-        params["relation"] = _choice(rng, others)
-    else:
-        params["n"] = _randint(rng, getattr(ctx.config, unit))
-    return params
-
-
-def _move_counts(rng: np.random.Generator, old: Constraint, ctx: _Context) -> dict[str, Any] | None:
-    counts = dict(old.params["counts"])
-    keys = list(counts)
-    if rng.random() < 0.5:  # change how often one keyword must occur
-        key = _choice(rng, keys)
-        counts[key] = _randint(rng, ctx.config.keyword_count)
-        return {"counts": counts}
-    # swap one keyword for another from the topic
-    key = _choice(rng, keys)
-    used = frozenset().union(*(_tokens(k) for k in keys if k != key))
-    pool = [k for k in _required_pool(ctx) if k not in counts and not (_tokens(k) & used)]
-    if not pool:
-        return None
-    new_counts = {(_choice(rng, pool) if k == key else k): v for k, v in counts.items()}
-    return {"counts": new_counts}
-
-
-def _move_forbidden(rng: np.random.Generator, old: Constraint, ctx: _Context) -> dict[str, Any] | None:
-    words = list(old.params["words"])
-    high = ctx.config.keywords_per_constraint[1]
-    pool = [k for k in _forbidden_pool(ctx) if k not in words]
-    roll = rng.random()
-    if roll < 1 / 3 and len(words) > 1:  # drop one word
-        del words[int(rng.integers(len(words)))]
-        return {"words": words}
-    used = frozenset().union(*(_tokens(w) for w in words))
-    fresh = [k for k in pool if not (_tokens(k) & used)]
-    if roll < 2 / 3 and len(words) < high and fresh:  # forbid one more word
-        return {"words": [*words, _choice(rng, fresh)]}
-    i = int(rng.integers(len(words)))  # replace one word
-    used = frozenset().union(*(_tokens(w) for j, w in enumerate(words) if j != i))
-    fresh = [k for k in pool if not (_tokens(k) & used)]
-    if not fresh:
-        return None
-    words[i] = _choice(rng, fresh)
-    return {"words": words}
-
-
-_MOVERS: dict[str, Callable[[np.random.Generator, Constraint, _Context], dict[str, Any] | None]] = {
-    **dict.fromkeys(_LENGTH_UNITS, _move_length),
-    "keywords.exact_count": _move_counts,
-    "forbidden.words": _move_forbidden,
-}
-
-
-def _required_words(c: Constraint) -> tuple[str, ...]:
-    if c.id in ("start_with.keyword", "end_with.keyword"):
-        return (c.params["keyword"],)
-    if c.id == "keywords.exact_count":
-        return tuple(c.params["counts"])
-    return ()
-
-
-def forbidden_tokens(constraints: Sequence[Constraint]) -> frozenset[str]:
-    """Lower-cased words inside the forbidden keywords of `constraints`."""
-    out: set[str] = set()
-    for c in constraints:
-        if c.id == "forbidden.words":
-            for w in c.params["words"]:
-                out |= _tokens(w)
-    return frozenset(out)
-
-
-def required_tokens(constraints: Sequence[Constraint]) -> frozenset[str]:
-    """Lower-cased words inside the keywords `constraints` require."""
-    out: set[str] = set()
-    for c in constraints:
-        for w in _required_words(c):
-            out |= _tokens(w)
-    return frozenset(out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,9 +216,6 @@ class TrackerStep:
         return touched.group if touched is not None else None
 
 
-_Change = tuple[tuple[Constraint, ...], str | None, Constraint | None, Constraint | None]
-
-
 class EvolIFTracker:
     """Topic moves, per-topic instruction states and one change per turn, all drawn from one rng."""
 
@@ -443,12 +225,9 @@ class EvolIFTracker:
         if not self.topics:
             raise ConfigError("EvolIFTracker needs at least one topic")
         self._index = {t.id: i for i, t in enumerate(self.topics)}
-        self._title_tokens = {t.id: frozenset(_WORD.findall(t.title.lower())) for t in self.topics}
+        self._title_tokens = {t.id: title_tokens(t.title) for t in self.topics}
         self.groups: tuple[str, ...] = self.config.groups or tuple(GROUPS)
-        self._ids = {g: tuple(ids_in_group(g)) for g in self.groups}
-        missing = [cid for ids in self._ids.values() for cid in ids if cid not in SAMPLERS]
-        if missing:
-            raise ConfigError(f"no parameter sampler for constraint id(s) {missing}; add them to SAMPLERS")
+        self._ranges = self.config.ranges
         cap = len(self.groups) if self.config.max_live is None else min(self.config.max_live, len(self.groups))
         self._cap = cap
         self._rng: np.random.Generator | None = None
@@ -543,7 +322,7 @@ class EvolIFTracker:
                 added = self._add(live, topic)
                 if added is None:
                     break
-                live = added[0]
+                live = (*live, added)
             if not live:
                 raise ConfigError(
                     f"cannot sample any constraint for topic {topic.id!r} with groups {self.groups}; "
@@ -567,81 +346,30 @@ class EvolIFTracker:
         return TrackerStep(self._turn, topic, move, change, live, old, new, self._on_topic)
 
     # -- change layer -------------------------------------------------------------------------
-    def _change(self, live: tuple[Constraint, ...], topic: Topic) -> _Change:
+    def _change(self, live: tuple[Constraint, ...], topic: Topic) -> Change:
         """Apply one change, choosing among the possible ones with re-normalised weights."""
-        weights = {c: w for c, w in self.config.change_weights.items() if w > 0}
-        if len(live) < 2:
-            weights.pop("remove", None)  # never leave the state empty
-        if len(live) >= self._cap:
-            weights.pop("add", None)
-        if not live:
-            weights.pop("modify", None)
-        rng = self._rng
-        while weights:
-            names = list(weights)
-            roll = rng.random() * sum(weights.values())
-            name = names[-1]
-            for candidate in names:
-                roll -= weights[candidate]
-                if roll < 0:
-                    name = candidate
-                    break
-            result = {"add": self._add, "remove": self._remove, "modify": self._modify}[name](live, topic)
-            if result is not None:
-                return result
-            del weights[name]
-        return live, None, None, None
-
-    def _context(self, topic: Topic, others: Sequence[Constraint]) -> _Context:
-        return _Context(
-            self.config, topic.keywords, required_tokens(others), forbidden_tokens(others), self._title_tokens[topic.id]
+        return change_one(
+            self._rng,
+            live,
+            self.config.change_weights,
+            self.groups,
+            lambda others: self._context(topic, others),
+            self._cap,
+            self.config.sample_tries,
         )
 
-    def _sample(self, cid: str, ctx: _Context) -> Constraint | None:
-        params = SAMPLERS[cid](self._rng, ctx)
-        return None if params is None else Constraint(cid, params)
+    def _context(self, topic: Topic, others: Sequence[Constraint]) -> SampleContext:
+        return SampleContext(
+            self._ranges,
+            topic.keywords,
+            required_tokens(others),
+            forbidden_tokens(others),
+            self._title_tokens[topic.id],
+        )
 
-    @staticmethod
-    def _compatible(candidate: Constraint, others: Sequence[Constraint]) -> bool:
-        return all(conflicts(candidate, other) is None for other in others)
-
-    def _add(self, live: tuple[Constraint, ...], topic: Topic) -> _Change | None:
-        rng = self._rng
-        taken = {c.group for c in live}
-        free = [g for g in self.groups if g not in taken]
+    def _add(self, live: tuple[Constraint, ...], topic: Topic) -> Constraint | None:
         ctx = self._context(topic, live)
-        for gi in rng.permutation(len(free)):
-            ids = self._ids[free[int(gi)]]
-            for _ in range(self.config.sample_tries):
-                candidate = self._sample(_choice(rng, ids), ctx)
-                if candidate is not None and self._compatible(candidate, live):
-                    return (*live, candidate), "add", None, candidate
-        return None
-
-    def _remove(self, live: tuple[Constraint, ...], topic: Topic) -> _Change | None:
-        i = int(self._rng.integers(len(live)))
-        return live[:i] + live[i + 1 :], "remove", live[i], None
-
-    def _modify(self, live: tuple[Constraint, ...], topic: Topic) -> _Change | None:
-        rng = self._rng
-        for li in rng.permutation(len(live)):
-            i = int(li)
-            old, others = live[i], live[:i] + live[i + 1 :]
-            ctx = self._context(topic, others)
-            siblings = [cid for cid in self._ids[old.group] if cid != old.id]
-            for _ in range(self.config.sample_tries):
-                # same id with a parameter moved, or another id of the same group
-                if old.params and (not siblings or rng.random() < 0.5):
-                    mover = _MOVERS.get(old.id)
-                    params = mover(rng, old, ctx) if mover else SAMPLERS[old.id](rng, ctx)
-                    new = None if params is None else Constraint(old.id, params)
-                elif siblings:
-                    new = self._sample(_choice(rng, siblings), ctx)
-                else:
-                    break  # a lone parameterless id cannot change
-                if new is not None and new != old and self._compatible(new, others):
-                    return live[:i] + (new,) + live[i + 1 :], "modify", old, new
-        return None
+        return sample_compatible(self._rng, self.groups, live, ctx, self.config.sample_tries)
 
 
 # ---------------------------------------------------------------------------------------------

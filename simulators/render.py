@@ -27,14 +27,16 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
 from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
+from ifgym.core.catalog import FORMAT_NAMES
 from ifgym.core.constraints import Constraint
+from ifgym.core.wording import a, and_list, quote, times
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Style, Topic
@@ -48,7 +50,6 @@ __all__ = [
     "RenderResult",
     "Renderer",
     "TemplateRenderer",
-    "phrasings",
     "unstated",
 ]
 
@@ -118,231 +119,6 @@ class Renderer(ABC):
     @abstractmethod
     def reset_stats(self) -> None:
         """Zero the counters (the simulator calls this at the start of each episode)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Per-constraint phrasings. Each returns an infinitive clause ("keep it under 40 words") so it
-# fits "Please …", "You no longer need to …" and "rather than …"; none starts with a negation.
-# ---------------------------------------------------------------------------------------------
-
-_UNITS = {
-    "length.words": ("word", "words"),
-    "length.sentences": ("sentence", "sentences"),
-    "length.paragraphs": ("paragraph", "paragraphs"),
-    "length.characters": ("character", "characters"),
-}
-_NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
-_MARK_NAMES = {".": "period", ",": "comma", ":": "colon", ";": "semicolon"}
-_AUDIENCES = {
-    "child": ("a young child", "children", "a kid"),
-    "youth": ("a teenager", "teenage readers", "a high-school student"),
-    "adult": ("an adult reader", "grown-up readers", "an adult audience"),
-    "senior": ("a senior reader", "older readers", "a retired audience"),
-}
-
-
-def _q(text: str) -> str:
-    return f"“{text}”"
-
-
-def _times(n: int) -> str:
-    return {1: "once", 2: "twice"}.get(n, f"{n} times")
-
-
-def _count(n: int, unit: tuple[str, str]) -> str:
-    return f"{_NUMBER_WORDS.get(n, n)} {unit[0] if n == 1 else unit[1]}"
-
-
-def _and(items: Sequence[str]) -> str:
-    items = list(items)
-    if len(items) == 1:
-        return items[0]
-    return ", ".join(items[:-1]) + " and " + items[-1]
-
-
-def _or(items: Sequence[str]) -> str:
-    items = list(items)
-    if len(items) == 1:
-        return items[0]
-    return ", ".join(items[:-1]) + " or " + items[-1]
-
-
-def _length(cid: str, p: Mapping[str, Any]) -> list[str]:
-    unit, n, rel = _UNITS[cid], p["n"], p["relation"]
-    if rel == "less_than":
-        out = [f"keep it under {_count(n, unit)}", f"use fewer than {_count(n, unit)}"]
-        out.append(f"stay below {_count(n, unit)} in total")
-    elif rel == "more_than":
-        out = [f"write more than {_count(n, unit)}", f"make it longer than {_count(n, unit)}"]
-        out.append(f"go beyond {_count(n, unit)}")
-    else:
-        out = [f"use exactly {_count(n, unit)}", f"write exactly {_count(n, unit)}, no more and no fewer"]
-        out.append(f"make it precisely {_count(n, unit)} long")
-    if cid == "length.paragraphs":
-        out[0] += " (paragraphs separated by blank lines)"
-    return out
-
-
-def _start_end(cid: str, p: Mapping[str, Any]) -> list[str]:
-    where, kind = cid.split(".")
-    first = where == "start_with"
-    verb, edge = ("start", "first") if first else ("end", "last")
-    if kind == "letter":
-        letter = _q(p["letter"].upper())
-        return [
-            f"{verb} your reply with the letter {letter}",
-            f"make the {edge} letter of your answer {letter}",
-            f"{'begin' if first else 'finish'} the response so that its {edge} letter is {letter}",
-        ]
-    if kind == "emoji":
-        e = p["emoji"]
-        return [
-            f"{verb} your reply with the emoji {e}",
-            f"put {e} at the very {'beginning' if first else 'end'} of your answer",
-            f"{'open' if first else 'close'} the response with {e}",
-        ]
-    if kind == "keyword":
-        k = _q(p["keyword"])
-        return [
-            f"{verb} your reply with the word {k}",
-            f"make {k} the {edge} word of your answer",
-            f"{'begin' if first else 'finish'} the response with {k}",
-        ]
-    left, right = _q(p["left"]), _q(p["right"])
-    if first:
-        return [
-            f"open your reply with {left} and close that quotation later with {right}",
-            f"begin the response with a quotation that starts with {left} and ends with {right}",
-            f"start your answer with the quotation mark {left} (closed later by {right})",
-        ]
-    return [
-        f"end your reply with a quotation that opens with {left} and closes with {right}",
-        f"close the response with {right}, the end of a quotation opened with {left}",
-        f"finish your answer with a quoted passage between {left} and {right}",
-    ]
-
-
-_FORMAT_NAMES = {"json": "JSON", "html": "HTML", "xml": "XML", "csv": "CSV", "markdown": "Markdown"}
-
-
-def _format(cid: str, p: Mapping[str, Any]) -> list[str]:
-    kind = cid.split(".")[1]
-    name = _FORMAT_NAMES[kind]
-    extra = {
-        "json": "give me the whole answer as one JSON value that a parser accepts",
-        "html": "write the answer as HTML markup with every tag properly closed",
-        "xml": "wrap the whole answer in a single well-formed XML document",
-        "csv": "present everything as a CSV table with the same number of columns on every row",
-        "markdown": "use Markdown structure such as headings, lists or emphasis in your answer",
-    }[kind]
-    return [f"format the whole reply as valid {name}", extra, f"give me the response in {name} only"]
-
-
-def _case(cid: str, p: Mapping[str, Any]) -> list[str]:
-    if cid == "case.upper":
-        return ["write everything in capital letters", "use only uppercase letters", "put the whole reply in ALL CAPS"]
-    if cid == "case.lower":
-        return ["write everything in lowercase letters", "keep every letter lowercase", "use lowercase only"]
-    pct = p["percent"]
-    return [
-        f"make about {pct}% of the letters uppercase",
-        f"keep the share of capital letters at roughly {pct}%",
-        f"write so that around {pct} percent of all letters are capitals",
-    ]
-
-
-def _punctuation(cid: str, p: Mapping[str, Any]) -> list[str]:
-    mark = p["mark"]
-    if cid == "punctuation.include":
-        return [
-            f"include the character {_q(mark)} at least once",
-            f"use {_q(mark)} somewhere in the reply",
-            f"make sure a {_q(mark)} appears in your answer",
-        ]
-    name = _MARK_NAMES.get(mark, "mark")
-    return [
-        f"avoid the {name} character {_q(mark)} entirely",
-        f"leave out every {name} ({_q(mark)})",
-        f"write without a single {_q(mark)}",
-    ]
-
-
-def _bullets(cid: str, p: Mapping[str, Any]) -> list[str]:
-    n = p["n"]
-    plural = "bullet point" if n == 1 else "bullet points"
-    return [
-        f"include exactly {n} {plural}",
-        f"use exactly {n} {plural} (lines starting with - or *)",
-        f"give exactly {n} bulleted {'item' if n == 1 else 'items'}, no more and no fewer",
-    ]
-
-
-def _keywords(cid: str, p: Mapping[str, Any]) -> list[str]:
-    counts = p["counts"]
-    exact = [f"{_q(k)} exactly {_times(v)}" for k, v in counts.items()]
-    return [
-        f"mention {_and(exact)}",
-        f"use {_and(exact)} in your reply",
-        f"include {_and(exact)}, counting case-insensitively",
-    ]
-
-
-def _forbidden(cid: str, p: Mapping[str, Any]) -> list[str]:
-    words = [_q(w) for w in p["words"]]
-    noun = "word" if len(words) == 1 else "words"
-    return [
-        f"avoid the {noun} {_or(words)}",
-        f"leave the {noun} {_or(words)} out of your reply",
-        f"write without ever using {_or(words)}",
-    ]
-
-
-def _a(word: str) -> str:
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
-
-
-def _emotion(cid: str, p: Mapping[str, Any]) -> list[str]:
-    e = p["emotion"]
-    return [f"write in {_a(e)} tone", f"let the reply sound {e}", f"make the mood of the answer {e}"]
-
-
-def _style(cid: str, p: Mapping[str, Any]) -> list[str]:
-    s = p["style"]
-    if "voice" in s:
-        return [f"use the {s}", f"write mostly in the {s}", f"phrase your sentences in the {s}"]
-    return [f"write in {_a(s)} style", f"keep the register {s}", f"make the wording {s}"]
-
-
-def _reader_age(cid: str, p: Mapping[str, Any]) -> list[str]:
-    a, b, c = _AUDIENCES[p["age"]]
-    return [f"write it for {a}", f"aim the reply at {b}", f"pitch the answer so that {c} can follow it easily"]
-
-
-_PHRASERS: dict[str, Callable[[str, Mapping[str, Any]], list[str]]] = {
-    "start_with": _start_end,
-    "end_with": _start_end,
-    "format": _format,
-    "case": _case,
-    "punctuation": _punctuation,
-    "bullets": _bullets,
-    "length": _length,
-    "keywords": _keywords,
-    "forbidden": _forbidden,
-    "emotion": _emotion,
-    "style": _style,
-    "reader_age": _reader_age,
-}
-
-
-def phrasings(constraint: Constraint) -> tuple[str, ...]:
-    """The ways the template renderer may state `constraint` (infinitive clauses, lowercase start).
-
-    Groups without a phrasing of their own fall back to the catalog's describe() text.
-    """
-    phraser = _PHRASERS.get(constraint.group)
-    if phraser is None:
-        return (_clause(constraint.describe()),)
-    return tuple(phraser(constraint.id, constraint.params))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -424,17 +200,17 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
     before = old.params if old is not None and old.id == cid else {}
     if cid.endswith(".letter"):
         if not _letter(text, p["letter"]):
-            missing.append(f"the letter {_q(p['letter'].upper())}")
+            missing.append(f"the letter {quote(p['letter'].upper())}")
     elif cid.endswith(".emoji"):
         if p["emoji"] not in text:
             missing.append(f"the emoji {p['emoji']}")
     elif cid.endswith(".keyword"):
         if not _word(text, p["keyword"]):
-            missing.append(f"the word {_q(p['keyword'])}")
+            missing.append(f"the word {quote(p['keyword'])}")
     elif cid.endswith(".quotation"):
-        missing += [f"the mark {_q(m)}" for m in (p["left"], p["right"]) if m not in text]
+        missing += [f"the mark {quote(m)}" for m in (p["left"], p["right"]) if m not in text]
     elif new.group == "format":
-        name = _FORMAT_NAMES[cid.split(".")[1]]
+        name = FORMAT_NAMES[cid.split(".")[1]]
         if not _word(text, name):
             missing.append(f"the format {name}")
     elif cid in _CASE_WORDS:
@@ -445,7 +221,7 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
             missing.append(f"the share {p['percent']}%")
     elif new.group == "punctuation":
         if p["mark"] not in text and not any(_word(text, w) for w in _MARK_WORDS.get(p["mark"], ())):
-            missing.append(f"the mark {_q(p['mark'])}")
+            missing.append(f"the mark {quote(p['mark'])}")
     elif cid == "bullets.count":
         if not _number(text, p["n"]):
             missing.append(f"the number of bullet points ({p['n']})")
@@ -458,12 +234,12 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
             if was.get(word) == n:
                 continue  # unchanged by this modify
             if not _word(text, word):
-                missing.append(f"the keyword {_q(word)}")
+                missing.append(f"the keyword {quote(word)}")
             elif not _times_stated(text, n):
-                missing.append(f"how often {_q(word)} occurs ({_times(n)})")
+                missing.append(f"how often {quote(word)} occurs ({times(n)})")
     elif cid == "forbidden.words":
         was = {w.casefold() for w in before.get("words", ())}
-        missing += [f"the word {_q(w)}" for w in p["words"] if w.casefold() not in was and not _word(text, w)]
+        missing += [f"the word {quote(w)}" for w in p["words"] if w.casefold() not in was and not _word(text, w)]
     elif cid == "emotion.tone":
         if not _word(text, p["emotion"]):
             missing.append(f"the tone {p['emotion']}")
@@ -475,11 +251,6 @@ def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[
         if not any(_word(text, w) for w in _AGE_WORDS[p["age"]]):
             missing.append(f"the audience ({p['age']})")
     return missing
-
-
-def _clause(text: str) -> str:
-    text = text.strip().rstrip(".!")
-    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 def _sentence(clause: str) -> str:
@@ -587,7 +358,7 @@ class TemplateRenderer(Renderer):
         note = self._note(request, rng)
         if note:
             parts.append(note)
-        clauses = [_pick(rng, phrasings(c)) for c in request.constraints]
+        clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
         if clauses:
             parts.append(self._requirements(clauses, rng, request.change is not None))
         return parts
@@ -596,12 +367,12 @@ class TemplateRenderer(Renderer):
         """A new topic: its request and constraints; a return: a cue and the change; else the change only."""
         if request.move == "new_topic":
             parts = [self._opening(request, rng)]
-            clauses = [_pick(rng, phrasings(c)) for c in request.constraints]
+            clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
             if len(clauses) > 2:
                 lines = [f"- {_sentence(c)}" for c in clauses]
                 parts.append(_pick(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
             elif clauses:
-                parts.append(_pick(rng, _INLINE_HEADS).format(clauses=_and(clauses)))
+                parts.append(_pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
             return parts
         note = self._note(request, rng)
         if request.move == "return":
@@ -627,11 +398,11 @@ class TemplateRenderer(Renderer):
     @staticmethod
     def _note(request: RenderRequest, rng: np.random.Generator) -> str | None:
         if request.change == "add" and request.new is not None:
-            return _pick(rng, _NOTE_ADD).format(new=_pick(rng, phrasings(request.new)))
+            return _pick(rng, _NOTE_ADD).format(new=_pick(rng, request.new.phrasings()))
         if request.change == "remove" and request.old is not None:
-            return _pick(rng, _NOTE_REMOVE).format(old=_pick(rng, phrasings(request.old)))
+            return _pick(rng, _NOTE_REMOVE).format(old=_pick(rng, request.old.phrasings()))
         if request.change == "modify" and request.old is not None and request.new is not None:
-            old, new = _pick(rng, phrasings(request.old)), _pick(rng, phrasings(request.new))
+            old, new = _pick(rng, request.old.phrasings()), _pick(rng, request.new.phrasings())
             return _sentence(_pick(rng, _NOTE_MODIFY).format(old=old, new=new))
         return None
 
@@ -639,7 +410,7 @@ class TemplateRenderer(Renderer):
     def _requirements(clauses: list[str], rng: np.random.Generator, after_change: bool) -> str:
         # one or two rules read best inline; longer sets as a list the reader can tick off
         if len(clauses) <= 2 and rng.random() < 0.5:
-            head = _pick(rng, _INLINE_HEADS).format(clauses=_and(clauses))
+            head = _pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses))
             return ("All together: " + head[:1].lower() + head[1:]) if after_change else head
         head = _pick(rng, _LIST_HEADS)
         if rng.random() < 0.5:
@@ -681,7 +452,7 @@ def _persona(persona: str) -> str:
     persona = persona.strip().rstrip(".")
     if persona.lower().startswith(("a ", "an ", "the ")):
         return persona[:1].lower() + persona[1:]
-    return _a(persona)
+    return a(persona)
 
 
 def _move_instruction(request: RenderRequest) -> str:

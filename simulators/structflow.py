@@ -17,8 +17,8 @@ Sources of dialogues:
 - `TemplateDialogueGenerator`: offline and seeded. Structure template × topic (the EvolIF topic
   bank) × task type × user type; the user's words come from phrase tables, and every intra-turn
   requirement is a rule-checkable constraint of the EvolIF catalog, so only the structural items
-  need a judge. Refinement turns change one requirement of the turn before (the EvolIF tracker's
-  "modify"), unrelated turns move to another topic, recall turns go back to the source's topic.
+  need a judge. Refinement turns change one requirement of the turn before (`change_one`'s "modify",
+  as the EvolIF tracker's), unrelated turns move to another topic, recall turns go back to the source's topic.
 - `LLMDialogueGenerator`: the same parameters, through a model: a plan of summarized prompts per
   turn (stage "plan"), the full user prompts with their requirements in the user's voice plus
   reference answers (stage "prompts"), then one checklist-extraction call per turn (stage
@@ -51,6 +51,15 @@ import numpy as np
 from ifgym.answers import json_object
 from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
 from ifgym.core.constraints import RULE_GROUPS, Constraint
+from ifgym.core.sampling import (
+    Ranges,
+    SampleContext,
+    change_one,
+    forbidden_tokens,
+    required_tokens,
+    sample_compatible,
+    title_tokens,
+)
 from ifgym.core.structflow import (
     FLOW_RELATIONS,
     INTRA_TYPES,
@@ -70,9 +79,7 @@ from ifgym.errors import ConfigError, DataFormatError, GenerationError, IfgymErr
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, Topic, load_topics, packaged_or_path
 from ifgym.simulators.base import UserSimulator
-from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig
 from ifgym.simulators.flows import load_templates
-from ifgym.simulators.render import phrasings
 
 __all__ = [
     "DATASETS",
@@ -609,25 +616,43 @@ def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
 
 
 class _Planner:
-    """Topics, focus keywords and rule constraints for every turn of a flow, all from one rng."""
+    """Topics, focus keywords and rule constraints for every turn of a flow, all from one rng.
+
+    A turn's constraints are drawn with `sample_compatible` (a new topic or focus) or changed once
+    with `change_one` (a refinement: modify one of the source turn's constraints, add one only when
+    none can be modified), as the EvolIF tracker draws and changes its own.
+    """
+
+    # modify; add only when nothing can be modified (a tiny weight, so the draw is one roll as the tracker's)
+    REFINE = {"modify": 1.0, "add": 1e-6}
 
     def __init__(self, topics: Sequence[Topic], constraints_per_turn: tuple[int, int], groups: Sequence[str]):
         self.topics = tuple(topics)
         self.per_turn = constraints_per_turn
         self.groups = tuple(groups)
 
-    def _tracker(self, topic: Topic, focus: str, k: int, rng: np.random.Generator) -> EvolIFTracker:
-        # The focus word goes into the title the tracker sees, so it is never sampled as a forbidden word.
-        seen = Topic(topic.id, f"{topic.title} {focus}", topic.domain, topic.keywords)
-        config = TrackerConfig(
-            groups=self.groups,
-            initial_constraints=k,
-            switch_after=10**9,
-            change_weights={"modify": 1.0, "add": 1e-6, "remove": 0.0},  # add only when nothing can be modified
-        )
-        tracker = EvolIFTracker([seen], config)
-        tracker.reset(rng, seen.id)
-        return tracker
+    def _context(self, topic: Topic, focus: str) -> Callable[[Sequence[Constraint]], SampleContext]:
+        # The focus word counts as part of the title, so it is never drawn as a forbidden word.
+        title = title_tokens(f"{topic.title} {focus}")
+
+        def context(others: Sequence[Constraint]) -> SampleContext:
+            return SampleContext(Ranges(), topic.keywords, required_tokens(others), forbidden_tokens(others), title)
+
+        return context
+
+    def _draw_constraints(self, topic: Topic, focus: str, k: int, rng: np.random.Generator) -> tuple[Constraint, ...]:
+        context, live = self._context(topic, focus), ()
+        for _ in range(k):
+            new = sample_compatible(rng, self.groups, live, context(live))
+            if new is None:
+                break
+            live = (*live, new)
+        if not live:
+            raise ConfigError(
+                f"cannot sample any constraint for topic {topic.id!r} with groups {self.groups}; "
+                "widen the groups or give the topic more keywords"
+            )
+        return live
 
     def plan(self, flow: Flow, first: Topic, rng: np.random.Generator) -> list[_TurnPlan]:
         rng = _draw(rng)
@@ -642,7 +667,7 @@ class _Planner:
             return pool.pop() if pool else _choice(rng, topic.keywords)
 
         plans: list[_TurnPlan] = []
-        trackers: list[EvolIFTracker] = []
+        draws: list[np.random.Generator] = []  # the rng each turn's constraints were drawn from; a refinement goes on
         for k in range(flow.n_turns):
             relation, sources = flow.relation_of(k), flow.sources_of(k)
             if relation is None:
@@ -658,15 +683,16 @@ class _Planner:
             else:  # summary: about the sources, on the last source's topic
                 topic, focus = plans[sources[-1]].topic, ""
             if relation == "refinement":
-                tracker = trackers[sources[0]]  # the source's state, changed once
-                step = tracker.step()
-                constraints = step.constraints if step is not None else tracker.live
-                changed = (step.old, step.new) if step is not None else (None, None)
+                source, draw = plans[sources[0]], draws[sources[0]]  # the source's state, changed once
+                constraints, change, old, new = change_one(
+                    draw, source.constraints, self.REFINE, self.groups, self._context(topic, focus), len(self.groups)
+                )
+                changed = (old, new) if change is not None else (None, None)
             else:
                 n = int(rng.integers(self.per_turn[0], self.per_turn[1] + 1))
-                tracker = self._tracker(topic, focus, n, _draw(rng))
-                constraints, changed = tracker.live, (None, None)
-            trackers.append(tracker)
+                draw = _draw(rng)
+                constraints, changed = self._draw_constraints(topic, focus, n, draw), (None, None)
+            draws.append(draw)
             plans.append(_TurnPlan(topic, focus, tuple(constraints), changed))
         return plans
 
@@ -901,9 +927,9 @@ class TemplateDialogueGenerator(_GeneratorBase):
         if relation == "refinement":
             if new is not None and old is not None:
                 # phrasings are bare infinitives ("stay below 8 sentences"), which "rather than" takes as they are
-                change = f"{_choice(rng, phrasings(new))} rather than {_lower_first(_choice(rng, phrasings(old)))}"
+                change = f"{_choice(rng, new.phrasings())} rather than {_lower_first(_choice(rng, old.phrasings()))}"
             elif new is not None:
-                change = _choice(rng, phrasings(new))
+                change = _choice(rng, new.phrasings())
             else:
                 change = _NO_CHANGE[voice]
         title = plan.topic.title.strip().rstrip(".?!")
@@ -918,7 +944,7 @@ class TemplateDialogueGenerator(_GeneratorBase):
         parts = [_choice(rng, _OPENINGS[relation][voice]).format(**fields)]
         if relation in ("start", "unrelatedness"):
             parts.append(task.framing[voice].format(domain=plan.topic.domain))
-        clauses = [_choice(rng, phrasings(c)) for c in keep]
+        clauses = [_choice(rng, c.phrasings()) for c in keep]
         if clauses:
             parts.append(_choice(rng, _RULES[voice]).format(clauses=_join(clauses)))
         if voice == 0:

@@ -520,6 +520,10 @@ class _Complete(ConstraintType):
     def check(cls, reply: str, params: Any) -> Verdict:
         return Verdict("yes", "x")
 
+    @classmethod
+    def sample(cls, rng: Any, ctx: Any) -> dict[str, Any]:
+        return {}
+
 
 def _variant(name: str, base: type, **attrs: Any) -> type:
     return type(name, (base,), attrs)
@@ -534,9 +538,14 @@ def _variant(name: str, base: type, **attrs: Any) -> type:
         (_variant("NoNormalize", ConstraintType, id="format.x", group="format"), "`normalize`"),  # nothing defined
         (
             _variant("NoCheck", ConstraintType, id="format.x", group="format", normalize=_Complete.normalize,
-                     describe=_Complete.describe),
+                     describe=_Complete.describe, sample=_Complete.sample),
             "must define the classmethod `check`",
         ),  # a rule type without its rule
+        (
+            _variant("NoSample", ConstraintType, id="format.x", group="format", normalize=_Complete.normalize,
+                     describe=_Complete.describe, check=_Complete.check),
+            "must define the classmethod `sample`",
+        ),  # a type the simulators cannot draw
         (_variant("JudgedCheck", _Complete, id="emotion.x", group="emotion", judged=True), "must not define `check`"),
         (_variant("Twice", _Complete, id="format.json", group="format"), "registered twice"),  # id taken
     ],

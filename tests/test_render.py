@@ -11,17 +11,18 @@ import pytest
 from support.canned_user import all_yes, call_kind, requirement_count, scripted_user_model
 
 from ifgym.core import Verdict
+from ifgym.core.catalog import NATURAL_QUOTATION_PAIRS
 from ifgym.core.constraints import REGISTRY, Constraint
+from ifgym.core.sampling import forbidden_tokens
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
 from ifgym.simulators.assets_io import Style, Topic, load_topics
-from ifgym.simulators.evolif import QUOTATION_PAIRS, EvolIFTracker, EvolIFUser, forbidden_tokens
+from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser
 from ifgym.simulators.render import (
     LLMRenderer,
     RenderRequest,
     TemplateRenderer,
     parse_checklist,
-    phrasings,
     unstated,
 )
 
@@ -49,7 +50,7 @@ def request(move="continue", change=None, constraints=(WORDS, JSON_FMT), old=Non
 
 
 def mentioned(constraint, text):
-    return any(p.lower() in text.lower() for p in phrasings(constraint))
+    return any(p.lower() in text.lower() for p in constraint.phrasings())
 
 
 def tracker_requests(seed, n):
@@ -150,7 +151,7 @@ def test_change_only_never_restates_an_unchanged_live_constraint(seed):
         if q.move == "new_topic":
             continue
         touched = [c for c in (q.old, q.new) if c is not None]
-        allowed = " ".join(text for c in touched for text in phrasings(c)) + " " + q.topic.title
+        allowed = " ".join(text for c in touched for text in c.phrasings()) + " " + q.topic.title
         for c in q.constraints:
             if c in touched:
                 continue
@@ -286,7 +287,7 @@ def test_every_registered_id_has_its_own_phrasings():
     }
     for cid in REGISTRY:
         c = Constraint(cid, samples.get(cid, {}))
-        options = phrasings(c)
+        options = c.phrasings()
         assert len(set(options)) >= 3, cid  # the describe() fallback would give only one
         assert all(o[:1].islower() and not o.lower().startswith(("don't", "do not", "never")) for o in options)
 
@@ -300,7 +301,7 @@ def test_every_registered_id_has_its_own_phrasings():
     ],
 )
 def test_length_wording(params, fragment):
-    options = phrasings(Constraint("length.paragraphs", params))
+    options = Constraint("length.paragraphs", params).phrasings()
     assert any(fragment in o for o in options)
 
 
@@ -593,7 +594,7 @@ SAMPLES = {
 def test_every_id_has_key_values_and_every_template_phrasing_states_them(cid):
     c = Constraint(cid, SAMPLES.get(cid, {}))
     assert unstated(c, "Please write it again."), cid  # a message without the values states nothing
-    for clause in phrasings(c):
+    for clause in c.phrasings():
         assert unstated(c, _sentence_of(clause)) == [], clause
 
 
@@ -654,4 +655,4 @@ FORBID_TWO = Constraint("forbidden.words", {"words": ["ocean", "gravity"]})
 
 def test_quotation_pairs_in_the_pool_are_distinct_from_the_keyword_quotes():
     # key_values() above leaves out the “ ” pair only; every other pair identifies its constraint
-    assert sum(pair == ("“", "”") for pair in QUOTATION_PAIRS) == 1
+    assert sum(pair == ("“", "”") for pair in NATURAL_QUOTATION_PAIRS) == 1

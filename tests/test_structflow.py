@@ -30,7 +30,6 @@ from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient, LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
 from ifgym.simulators.flows import load_templates
-from ifgym.simulators.render import phrasings
 from ifgym.simulators.structflow import (
     DATASETS,
     GenerationError,
@@ -170,7 +169,7 @@ def test_generated_intra_items_are_rule_checkable_and_structure_matches_the_flow
             relation = d.flow.relation_of(k)
             assert structural == ([relation] if relation not in (None, "unrelatedness") else [])
             # the user's words ask for every rule constraint of the turn
-            assert all(any(p in turn.prompt for p in phrasings(i.constraint)) for i in intra), turn.prompt
+            assert all(any(p in turn.prompt for p in i.constraint.phrasings()) for i in intra), turn.prompt
 
 
 def test_options_pin_the_parameters():
@@ -209,8 +208,8 @@ def test_refinement_wording_puts_the_new_requirement_before_the_old_one():
         prompt = d.turns[1].prompt
         assert "instead of" not in prompt  # "instead of" wants a gerund; the phrasings are bare infinitives
         head, tail = prompt.split(" rather than ", 1)
-        assert any(head.endswith(p) for p in phrasings(new)), prompt
-        assert any(tail.startswith(p[:1].lower() + p[1:]) for p in phrasings(old)), prompt
+        assert any(head.endswith(p) for p in new.phrasings()), prompt
+        assert any(tail.startswith(p[:1].lower() + p[1:]) for p in old.phrasings()), prompt
 
 
 def test_unrelated_turn_moves_topic_and_recall_comes_back():
@@ -427,7 +426,7 @@ def test_every_sampled_requirement_is_found_in_its_own_wordings_and_not_in_other
     catalog = _catalog()
     assert len({c.group for c in catalog}) == 9  # all rule groups were drawn
     for c, prompts in catalog.items():
-        for text in (c.describe(), *phrasings(c), *prompts):
+        for text in (c.describe(), *c.phrasings(), *prompts):
             assert unstated(c, text) == [], (c, text)
         assert unstated(c, "Prompt 1. Please write a short essay about gardening for me.") != [], c
 

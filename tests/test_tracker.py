@@ -9,10 +9,8 @@ import numpy as np
 import pytest
 
 from ifgym.core import Verdict
-from ifgym.core.catalog import EXCLUDE_MARKS as CATALOG_EXCLUDE
-from ifgym.core.catalog import INCLUDE_MARKS as CATALOG_INCLUDE
-from ifgym.core.catalog import QUOTATION_PAIRS as CATALOG_PAIRS
 from ifgym.core.constraints import GROUPS, REGISTRY, RULE_GROUPS, conflicts
+from ifgym.core.sampling import forbidden_tokens, required_tokens
 from ifgym.errors import ConfigError, DataFormatError, IfgymError, UnknownNameError
 from ifgym.simulators.assets_io import (
     Style,
@@ -22,16 +20,7 @@ from ifgym.simulators.assets_io import (
     styles_from_json,
     topics_from_json,
 )
-from ifgym.simulators.evolif import (
-    INCLUDE_MARKS,
-    QUOTATION_PAIRS,
-    SAMPLERS,
-    EvolIFTracker,
-    EvolIFUser,
-    TrackerConfig,
-    forbidden_tokens,
-    required_tokens,
-)
+from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser, TrackerConfig
 
 TOPICS = load_topics()
 STYLES = (
@@ -331,13 +320,6 @@ def test_config_from_mapping_accepts_lists_and_refuses_unknown_keys():
     assert config.words == (10, 20) and config.groups == ("length",)
     with pytest.raises(UnknownNameError, match="Did you mean 'p_switch'"):
         TrackerConfig.from_mapping({"p_swtich": 0.5})
-
-
-def test_samplers_cover_the_catalog_and_use_its_pools():
-    assert set(SAMPLERS) == set(REGISTRY)
-    assert set(INCLUDE_MARKS) <= set(CATALOG_INCLUDE)
-    assert set(QUOTATION_PAIRS) <= set(CATALOG_PAIRS)
-    assert set(CATALOG_EXCLUDE) == {".", ",", ":"}
 
 
 def test_per_turn_cost_is_flat_in_the_turn_count():
