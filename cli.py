@@ -33,6 +33,10 @@ commands:
                              judge=llm logger=wandb episodes=20). Hydra's flags: -m/--multirun (sweep,
                              e.g. -m env.patience=2,3), --cfg [job|hydra|all], --info, -cd/--config-dir DIR
                              and -cn/--config-name NAME (your own configs), hydra.run.dir=… hydra.sweep.dir=…
+  train [FLAGS] [KEY=VALUE ...]  GRPO (TRL) on an env's prompts with ifgym's turn reward, then ifgym eval of
+                             the model before and after on held-out seeds (env/judge/logger groups as in eval,
+                             plus trainer=…; e.g. trainer=smoke, trainer.model=PATH, trainer.grpo.max_steps=50).
+                             Writes metrics.jsonl, model/, eval_before/, eval_after/, train_summary.json
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
@@ -49,13 +53,14 @@ commands:
 
 config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
-policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=chat|scripted (chat uses
+policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=chat|scripted|transformers (chat uses
                policy.llm); graphif and context_agent call a light model at policy.light_llm
 """
 
 
 GROUPS = ("env", "policy", "judge", "logger")
-COMMANDS = ("eval", "judge-audit", "compare", "export", "flexbench-dimensions")
+TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
+COMMANDS = ("eval", "train", "judge-audit", "compare", "export", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -72,7 +77,7 @@ def group_options(group: str, config_dir: str | None = None) -> list[str]:
 
 def option_lines() -> list[str]:
     """`group={option, …}` per config group, from the YAML files on disk (`--help` and the README show these)."""
-    return [f"{group}={{{', '.join(group_options(group))}}}" for group in GROUPS]
+    return [f"{group}={{{', '.join(group_options(group))}}}" for group in (*GROUPS, TRAIN_GROUP)]
 
 
 def usage() -> str:
@@ -167,7 +172,7 @@ def _explain(
     if exc.__cause__ is not None:  # Hydra wraps the reason (e.g. "could not be converted to Integer")
         message += f": {str(exc.__cause__).splitlines()[0]}"
     generic = f"{message} — see `ifgym eval --help` for the config groups and keys"
-    choices = [o for o in overrides if o.split("=", 1)[0] in GROUPS]
+    choices = [o for o in overrides if o.split("=", 1)[0] in (*GROUPS, TRAIN_GROUP)]
     for item in choices:
         group, option = item.split("=", 1)
         options = group_options(group, config_dir)
@@ -180,7 +185,7 @@ def _explain(
         return generic
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
-        if "=" in item and key not in known and key not in GROUPS:
+        if "=" in item and key not in known and key not in (*GROUPS, TRAIN_GROUP):
             if key.startswith("env.") and not item.startswith("+"):  # env keys are the env's arguments
                 env_keys = [k for k in known if k.startswith("env.")]
                 close = did_you_mean(key, env_keys)
@@ -192,11 +197,11 @@ def _explain(
     return generic
 
 
-def config_help() -> str:
-    """Every typed config key with its help text (from the dataclasses in ifgym.conf.schema)."""
+def config_help(command: str = "eval") -> str:
+    """Every typed config key of `command` (eval or train) with its help text (the dataclasses in ifgym.conf.schema)."""
     from dataclasses import MISSING, fields, is_dataclass
 
-    from ifgym.conf.schema import EvalConf, LLMConf
+    from ifgym.conf.schema import EvalConf, LLMConf, TrainConf
 
     lines = []
 
@@ -208,7 +213,7 @@ def config_help() -> str:
             elif "help" in f.metadata:
                 lines.append(f"  {prefix + f.name:<28} {f.metadata['help']}")
 
-    walk(EvalConf, "")
+    walk(TrainConf if command == "train" else EvalConf, "")
     lines.append("\nLLM settings (under policy.llm, policy.light_llm, judge.llm and env.*_llm):")
     walk(LLMConf, "*.")
     return "\n".join(lines)
@@ -226,8 +231,8 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     """A factory of fresh policies (one per episode: policies keep per-episode state).
 
     Wrapper kinds (truncation, graphif, context_agent) wrap a fresh base policy (`policy.base`:
-    chat or scripted); graphif and context_agent share one light-model client (role "light").
-    Kind chat (policy=embedded, policy=openai) is the full-history baseline: it runs through
+    chat, scripted or transformers); graphif and context_agent share one light-model client (role "light").
+    Kinds chat (policy=embedded, openai) and transformers are the full-history baseline: they run through
     `Truncation(k=None)`, which sends the transcript unchanged and keeps the same per-turn cost
     records as the wrappers (calls, tokens, context tokens), so its calls/turn and ACT are reported.
     """
@@ -252,6 +257,16 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
 
         def make_base() -> Any:
             return ChatPolicy(client, system_prompt=policy_cfg["system_prompt"])
+    elif base == "transformers":
+        from ifgym.policies.transformers import TransformersPolicy, load_pretrained, set_threads
+
+        settings = dict(policy_cfg["transformers"])
+        set_threads(settings.pop("threads"))
+        # one model for the run (episodes take turns on it); each episode gets its own policy object
+        model, tokenizer = load_pretrained(settings.pop("model"), settings.pop("device"))
+
+        def make_base() -> Any:
+            return TransformersPolicy(model, tokenizer, system_prompt=policy_cfg["system_prompt"], **settings)
     else:
         if not policy_cfg["replies"]:
             where = "policy=scripted" if kind == "scripted" else f"policy={kind} with policy.base=scripted"
@@ -260,7 +275,7 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
         def make_base() -> Any:
             return ScriptedPolicy(policy_cfg["replies"])
 
-    if kind == "chat":
+    if kind in ("chat", "transformers"):
         return lambda: Truncation(make_base(), k=None)
     if kind in BASE_KINDS:
         return make_base
@@ -279,7 +294,7 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     return lambda: ContextAgent(make_base(), light, embedder=embedder, **settings)
 
 
-BASE_KINDS = ("chat", "scripted")
+BASE_KINDS = ("chat", "scripted", "transformers")
 POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent")
 
 
@@ -950,7 +965,7 @@ def flexbench_dimensions(args: list[str]) -> int:
 CFG_CHOICES = ("job", "hydra", "all")
 
 
-def _hydra_flags(args: Sequence[str]) -> tuple[list[str], Any]:
+def _hydra_flags(args: Sequence[str], command: str = "eval") -> tuple[list[str], Any]:
     """`args` checked by Hydra's own parser (a bad flag is one ConfigError); a bare `--cfg` means `--cfg job`."""
     from hydra._internal.utils import get_args_parser
 
@@ -962,10 +977,10 @@ def _hydra_flags(args: Sequence[str]) -> tuple[list[str], Any]:
             args.insert(i + 1, "job")
             break
     parser = get_args_parser()
-    parser.prog = "ifgym eval"
+    parser.prog = f"ifgym {command}"
 
     def refuse(message: str) -> None:
-        raise ConfigError(f"{message} (see `ifgym eval --help` for Hydra's flags and the config keys)")
+        raise ConfigError(f"{message} (see `ifgym {command} --help` for Hydra's flags and the config keys)")
 
     parser.error = refuse  # type: ignore[method-assign]
     return args, parser.parse_args(args)
@@ -978,6 +993,15 @@ def run_eval(args: Sequence[str]) -> int:
     the override at fault; in a sweep a failing job is reported and the others still run. Returns
     the exit status: 0, or 1 when sweep jobs failed.
     """
+    return _hydra_app("eval", "config", _job, args)
+
+
+def run_train(args: Sequence[str]) -> int:
+    """`ifgym train [FLAGS] [KEY=VALUE ...]`: `ifgym.integrations.trl.train` as a Hydra app (config `train`)."""
+    return _hydra_app("train", "train", _train_job, args)
+
+
+def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Sequence[str]) -> int:
     from unittest import mock
 
     import hydra
@@ -987,28 +1011,48 @@ def run_eval(args: Sequence[str]) -> int:
     from ifgym.conf.schema import register_configs
     from ifgym.errors import ConfigError
 
-    args, parsed = _hydra_flags(args)
+    args, parsed = _hydra_flags(args, command)
     register_configs()
     failures: list[Any] = []  # a single run's exception, or the labels of the sweep jobs that failed
-    command = ["ifgym", "eval", *args]
+    line = ["ifgym", command, *args]
 
     def task(cfg: Any) -> Any:
-        return _job(cfg, command=command, failures=failures)
+        return job(cfg, command=line, failures=failures)
 
-    app = hydra.main(config_path="pkg://ifgym.conf", config_name="config", version_base="1.3")(task)
+    app = hydra.main(config_path="pkg://ifgym.conf", config_name=config_name, version_base="1.3")(task)
     # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
     raise_errors = mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
     try:
-        with mock.patch.object(sys, "argv", ["ifgym eval", *args]), raise_errors:
+        with mock.patch.object(sys, "argv", [f"ifgym {command}", *args]), raise_errors:
             app()
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_explain(exc, parsed.overrides, parsed.config_dir, parsed.config_name)) from None
+        raise ConfigError(
+            _explain(exc, parsed.overrides, parsed.config_dir, parsed.config_name or config_name)
+        ) from None
     if len(failures) == 1 and isinstance(failures[0], Exception):  # a single run's error, for main to report
         raise failures[0]
     if failures:
         print(f"ifgym: error: {len(failures)} sweep job(s) failed: {'; '.join(failures)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
+    """The Hydra task of `ifgym train`: one training run in Hydra's output directory."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    from ifgym.errors import IfgymError
+
+    folder = Path(HydraConfig.get().runtime.output_dir)
+    try:
+        check_schema(cfg, list(HydraConfig.get().overrides.task))
+        from ifgym.integrations.trl import train
+
+        return train(OmegaConf.to_container(cfg, resolve=True), folder, build_env=build_env, evaluate=evaluate)
+    except IfgymError as exc:
+        failures.append(exc)
+        return JobFailed(str(exc))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1026,6 +1070,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(usage() + "\nkeys:\n" + config_help())
                 return 0
             return run_eval(rest)
+        if command == "train":
+            if "-h" in rest or "--help" in rest:
+                print(usage() + "\nkeys:\n" + config_help("train"))
+                return 0
+            return run_train(rest)
         if command == "export":
             return export_data(rest)
         if command == "flexbench-dimensions":

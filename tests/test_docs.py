@@ -49,7 +49,7 @@ def test_the_readme_and_help_list_the_config_options_on_disk(capsys):
     conf = Path(__file__).resolve().parents[1] / "conf"
     on_disk = [
         f"{group}={{{', '.join(sorted(p.stem for p in (conf / group).glob('*.yaml')))}}}"
-        for group in ("env", "policy", "judge", "logger")
+        for group in ("env", "policy", "judge", "logger", "trainer")
     ]
     assert option_lines() == on_disk
     text = section("Evaluate any OpenAI-compatible model")
