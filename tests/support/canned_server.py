@@ -8,7 +8,10 @@ Tests that exercise the HTTP path (llm, env, CLI, rollout) start one of these in
         assert srv.requests[0]["messages"][-1]["content"] == "hi"
 
 Serves ``POST /v1/chat/completions`` (OpenAI schema, with ``usage`` counted in whitespace words)
-and ``GET /v1/models``. A request for another model gets a 404 with an OpenAI-style error body.
+and ``GET /v1/models``. A request with ``"stream": true`` gets the same reply as server-sent
+events, as OpenAI streams it: ``chat.completion.chunk`` events (the role, the text in pieces, the
+finish reason; then the usage in a chunk without choices when ``stream_options.include_usage``
+is set) and ``data: [DONE]``. A request for another model gets a 404 with an OpenAI-style error body.
 ``faults`` are (status, headers) pairs answered to the first chat requests, in order, e.g.
 ``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the JSON body to send
 instead of an OpenAI-style error (e.g. ``(200, {}, {"choices": []})`` for a malformed answer).
@@ -203,4 +206,26 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with srv._lock:
                 srv._in_flight -= 1
+        if status == 200 and body.get("stream"):
+            return self._stream(out, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
         self._send(status, out, headers)
+
+    def _stream(self, out: dict[str, Any], include_usage: bool) -> None:
+        """Send a completion as OpenAI's streaming chunks (server-sent events)."""
+        text = out["choices"][0]["message"]["content"]
+        base = {"id": out["id"], "object": "chat.completion.chunk", "created": out["created"], "model": out["model"]}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
+        events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces)]
+        events.append(chunk({}, "stop"))
+        if include_usage and "usage" in out:
+            events.append({**base, "choices": [], "usage": out["usage"]})
+        data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
