@@ -485,7 +485,7 @@ def evaluate(
 
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.envs.rollout import run
-    from ifgym.errors import ConfigError
+    from ifgym.errors import ConfigError, RunStoppedError
     from ifgym.records import RunRecord, default_run_dir
     from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
     from ifgym.stats import CISettings
@@ -524,7 +524,7 @@ def evaluate(
     try:
         if resolved["logger"]["kind"] == "wandb":
             logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=has_loose)
-        episodes = run(
+        result = run(
             make_env,
             make_policy,
             seeds,
@@ -533,7 +533,14 @@ def evaluate(
             concurrency=resolved["concurrency"],
             progress=resolved["progress"],
             on_episode=logger.log_episode if logger else None,
+            retry_failed=resolved["retry_failed"],
+            max_failure_rate=resolved["max_failure_rate"],
+            episode_timeout=resolved["episode_timeout"],
         )
+        episodes = result.episodes
+        if not episodes:  # possible only with max_failure_rate=1
+            kind, message = next(iter(result.failures["examples"].items()))
+            raise RunStoppedError(f"every episode failed; commonest error: {kind}: {message}")
     except BaseException as exc:
         record.fail(exc)
         raise
@@ -546,6 +553,7 @@ def evaluate(
     if cost is not None:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
+    summary["failures"] = result.failures
     summary["output"] = str(out)
     summary["headline"] = list(getattr(first_env, "headline_metrics", ()))
     summary["judge"] = judge_record
@@ -991,7 +999,7 @@ def run_eval(args: Sequence[str]) -> int:
 
     Hydra's errors are raised (not printed and exited) so that they become one ConfigError naming
     the override at fault; in a sweep a failing job is reported and the others still run. Returns
-    the exit status: 0, or 1 when sweep jobs failed.
+    the exit status: 0, or 1 when sweep jobs or episodes failed.
     """
     return _hydra_app("eval", "config", _job, args)
 
@@ -1016,8 +1024,14 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
     failures: list[Any] = []  # a single run's exception, or the labels of the sweep jobs that failed
     line = ["ifgym", command, *args]
 
+    failed_episodes: list[str] = []  # runs that finished with failed episodes (exit status 1)
+
     def task(cfg: Any) -> Any:
-        return job(cfg, command=line, failures=failures)
+        out = job(cfg, command=line, failures=failures)
+        failed = out.get("failures", {}) if isinstance(out, dict) else {}
+        if failed.get("episodes"):
+            failed_episodes.append(f"{failed['episodes']} of {failed['of']} in {out['output']}")
+        return out
 
     app = hydra.main(config_path="pkg://ifgym.conf", config_name=config_name, version_base="1.3")(task)
     # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
@@ -1033,6 +1047,13 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         raise failures[0]
     if failures:
         print(f"ifgym: error: {len(failures)} sweep job(s) failed: {'; '.join(failures)}", file=sys.stderr)
+        return 1
+    if failed_episodes:
+        print(
+            f"ifgym: error: episodes failed ({'; '.join(failed_episodes)}); their errors are in the episodes file "
+            "and summary.json; rerun the same command to retry them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -58,3 +58,11 @@ class GenerationError(IfgymError, RuntimeError):
 
 class DataFormatError(IfgymError, ValueError):
     """An input file (replay script, dataset, episodes JSONL) is malformed; the message names where."""
+
+
+class EpisodeTimeoutError(IfgymError, TimeoutError):
+    """An episode did not finish within its deadline (`episode_timeout`); recorded as a failed episode."""
+
+
+class RunStoppedError(IfgymError, RuntimeError):
+    """Too many episodes failed (over `max_failure_rate`): the run stopped; the message names the commonest error."""

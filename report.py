@@ -99,12 +99,21 @@ def results_table(summary: dict[str, Any]) -> str:
         lines.append("checker semantics: evolif (the verdicts of EvolIF's released evaluator, one reading)")
     if summary.get("user_stats"):
         lines.append("user simulator: " + ", ".join(f"{k} {v}" for k, v in summary["user_stats"].items()))
+    if summary.get("failures", {}).get("episodes"):
+        lines.append(failure_line(summary["failures"]))
     for role, usage in summary.get("usage", {}).items():
         lines.append(
             f"usage[{role}]: {usage['calls']} calls, {usage['prompt_tokens']} prompt + "
             f"{usage['completion_tokens']} completion tokens"
         )
     return "\n".join(lines)
+
+
+def failure_line(failures: dict[str, Any]) -> str:
+    """One line on failed episodes for the results table, e.g. 'failed episodes: 2 of 40 (BackendError 2)'."""
+    kinds = ", ".join(f"{t} {n}" for t, n in failures["by_type"].items())
+    count = f"{failures['episodes']} of {failures['of']}"
+    return f"failed episodes: {count} ({kinds}); rerun into the same output to retry them"
 
 
 def user_stats(episodes: Sequence[Episode]) -> dict[str, int | float]:

@@ -138,9 +138,12 @@ def model_part(
 
         key = f"{model}-{mode}-t{max_turns}-m{config.max_tokens}-p{patience}".replace("/", "_")  # a file per config
         print(f"{model}, restate={mode}: {len(seeds)} dialogues (appending to {out / f'{key}.jsonl'})")
-        runs[mode] = run(
+        result = run(
             make_env, lambda: ChatPolicy(client), seeds, output=out / f"{key}.jsonl", run_key=key, concurrency=1
         )
+        if result.failed:  # the comparison pairs seeds: a failed one would drop out of one side silently
+            raise SystemExit(f"{len(result.failed)} episodes failed: {result.failures['by_type']}; rerun to retry them")
+        runs[mode] = result.episodes
     return runs
 
 

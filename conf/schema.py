@@ -152,6 +152,9 @@ class EvalConf:
     ci_resamples: int = _help("bootstrap draws per interval (seeded with `seed`)", 1000)
     ci_level: float = _help("central share of the bootstrap draws an interval covers", 0.95)
     progress: bool = _help("show a progress bar", True)
+    retry_failed: bool = _help("rerunning into an output file runs its failed episodes again", True)
+    max_failure_rate: float = _help("stop the run once more than this share of its episodes has failed", 0.2)
+    episode_timeout: float | None = _help("seconds an episode may run before it counts as failed (null: none)", 3600.0)
 
 
 @dataclass

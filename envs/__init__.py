@@ -2,7 +2,17 @@
 
 from ifgym import lazy_submodules
 from ifgym.envs.base import ChatEnv
-from ifgym.envs.rollout import EpisodeLog, arollout, arun, read_episodes, rollout, run
+from ifgym.envs.rollout import (
+    EpisodeLog,
+    FailedEpisode,
+    RunResult,
+    arollout,
+    arun,
+    iter_records,
+    read_episodes,
+    rollout,
+    run,
+)
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
@@ -11,9 +21,12 @@ __all__ = [
     "ChatEnv",
     "ChatSpace",
     "EpisodeLog",
+    "FailedEpisode",
+    "RunResult",
     "ReplySpace",
     "arollout",
     "arun",
+    "iter_records",
     "read_episodes",
     "rollout",
     "run",

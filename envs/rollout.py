@@ -4,6 +4,13 @@ Concurrency is asyncio: every episode has its own env and policy, and awaits the
 its turn; the clients' per-role semaphores bound the load. Episodes of different lengths never
 wait for each other. Each finished episode is appended to the output at once, so an interrupted
 run loses at most the episodes in flight, and re-running into the same file skips finished ones.
+
+An episode that raises (a model error after its retries, a bad reply, a bug in a wrapper, its
+deadline passed) does not take the run down: it is written as a failed-episode line
+(`"failed": true`, the error's type and message, the turns it reached) and the run goes on. A rerun
+into the same file retries failed seeds (`retry_failed`); a seed's last line is its record, so
+nothing is counted twice. A run stops early once more than `max_failure_rate` of its episodes
+have failed (`RunStoppedError`, naming the commonest error).
 """
 
 from __future__ import annotations
@@ -11,7 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+import re
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +30,23 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from ifgym.core import Episode
-from ifgym.errors import ConfigError, DataFormatError
+from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 
 
 def _finish(env: gym.Env, policy: Any) -> Episode:
     episode = env.unwrapped.episode
-    # this episode's numbers (counted since reset); a policy without them gives its lifetime totals
-    usage = getattr(policy, "episode_usage", None)
-    episode.meta["policy_usage"] = dict(usage if usage is not None else policy.usage)
+    episode.meta["policy_usage"] = _policy_usage(policy)
     record = getattr(policy, "episode_record", None)
     if callable(record):  # wrappers: per-turn costs, their graph/forest, counters of defaults taken
         episode.meta["policy_trace"] = record()
     return episode
+
+
+def _policy_usage(policy: Any) -> dict[str, Any]:
+    # this episode's numbers (counted since reset); a policy without them gives its lifetime totals
+    usage = getattr(policy, "episode_usage", None)
+    return dict(usage if usage is not None else getattr(policy, "usage", {}))
 
 
 def rollout(env: gym.Env, policy: Any, *, seed: int | None = None, options: dict | None = None) -> Episode:
@@ -55,55 +70,309 @@ async def arollout(env: gym.Env, policy: Any, *, seed: int | None = None, option
             return _finish(env, policy)
 
 
-def read_episodes(path: str | Path) -> list[Episode]:
-    """Episodes from a JSONL file. A cut-off last line (an interrupted write) is ignored."""
+# --- failed episodes -------------------------------------------------------------------------------
+
+# secrets that may reach an exception's text: API keys (sk-…, Bearer tokens) and the values of
+# *KEY*/*TOKEN*/*SECRET* environment variables
+_SECRET_PATTERNS = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+\S+|api[_-]?key=[^&\s]+)", re.IGNORECASE)
+MESSAGE_CHARS = 2000
+
+
+def redact(text: str) -> str:
+    """`text` without API keys or the values of secret-looking environment variables."""
+    for name, value in os.environ.items():
+        if len(value) >= 8 and any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
+            text = text.replace(value, "[redacted]")
+    return _SECRET_PATTERNS.sub("[redacted]", text)
+
+
+@dataclass
+class FailedEpisode:
+    """An episode that raised instead of finishing: one JSONL line with `"failed": true`.
+
+    `turns` is the number of turns it completed, `error` its exception's type, message (secrets
+    redacted, cut at 2,000 characters) and the innermost frame it was raised at.
+    """
+
+    episode_id: str
+    env_id: str
+    seed: int | None
+    error: dict[str, str]
+    turns: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    failed = True
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, *, env: Any, policy: Any, seed: int | None) -> FailedEpisode:
+        base = getattr(env, "unwrapped", None)
+        episode = getattr(base, "episode", None)
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        message = redact(str(exc) or repr(exc))
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS] + f" … [{len(message) - MESSAGE_CHARS} more characters]"
+        return cls(
+            episode_id="",
+            env_id=getattr(getattr(base, "spec", None), "id", None) or type(base).__name__,
+            seed=seed,
+            error={"type": type(exc).__name__, "message": message, "at": where},
+            turns=len(episode.turns) if episode is not None else 0,
+            meta={"policy_usage": _policy_usage(policy)} if policy is not None else {},
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "episode_id": self.episode_id,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "failed": True,
+            "error": self.error,
+            "turns": self.turns,
+            "meta": self.meta,
+        }
+
+    def to_jsonl(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FailedEpisode:
+        return cls(
+            episode_id=data["episode_id"],
+            env_id=data["env_id"],
+            seed=data.get("seed"),
+            error=dict(data["error"]),
+            turns=int(data.get("turns", 0)),
+            meta=dict(data.get("meta", {})),
+        )
+
+
+Record = Episode | FailedEpisode
+
+
+def record_from_json(data: dict[str, Any]) -> Record:
+    """An episodes-file line as an Episode, or a FailedEpisode when it says `"failed": true`."""
+    return FailedEpisode.from_json(data) if data.get("failed") else Episode.from_json(data)
+
+
+def iter_records(path: str | Path) -> Iterator[Record]:
+    """Every line of an episodes file in order, one at a time. A cut-off last line (an interrupted write) is ignored."""
     path = not_a_folder(path, "episodes file")
     if not path.exists():
-        return []
-    episodes = []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            episodes.append(Episode.from_json(json.loads(line)))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            if number == len(lines):  # the tail of an interrupted append
-                break
-            raise DataFormatError(f"{path}:{number}: not an episode record ({exc}); fix or remove that line") from exc
-    return episodes
+        return
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield record_from_json(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+                if not line.endswith("\n"):  # the tail of an interrupted append (only the last line lacks one)
+                    return
+                where = f"{path}:{number}"
+                raise DataFormatError(f"{where}: not an episode record ({exc}); fix or remove that line") from exc
+
+
+def latest_records(path: str | Path) -> dict[int | None, Record]:
+    """Each seed's last record in an episodes file (a retried seed's success replaces its failure)."""
+    out: dict[int | None, Record] = {}
+    for record in iter_records(path):
+        out.pop(record.seed, None)
+        out[record.seed] = record
+    return out
+
+
+def read_episodes(path: str | Path) -> list[Episode]:
+    """The finished episodes of a JSONL file, one per seed (its last record); failed-episode lines are left out."""
+    return [r for r in latest_records(path).values() if isinstance(r, Episode)]
 
 
 def _drop_partial_tail(path: Path) -> None:
     """Cut a trailing partial line so the next append starts on a fresh line."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    data = path.read_bytes()
-    if not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+    with path.open("rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        # find the last newline from the end, a block at a time (the file can be large)
+        end = f.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            step = min(65536, pos)
+            pos -= step
+            f.seek(pos)
+            block = f.read(step)
+            cut = block.rfind(b"\n")
+            if cut >= 0:
+                f.truncate(pos + cut + 1)
+                return
+        f.truncate(0)
 
 
 class EpisodeLog:
-    """Append-only JSONL of finished episodes for one run (identified by `run_key`)."""
+    """Append-only JSONL of finished and failed episodes for one run (identified by `run_key`)."""
 
     def __init__(self, path: str | Path, run_key: str):
         self.path = Path(path)
         self.run_key = run_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_partial_tail(self.path)
-        self.done = read_episodes(self.path)
-        other = {e.meta.get("run_key") for e in self.done} - {run_key}
+        self.latest = latest_records(self.path)
+        other = {r.meta.get("run_key") for r in self.latest.values()} - {run_key}
         if other:
             raise ConfigError(
                 f"{self.path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
                 f"run is {run_key}); write to a new output path or delete that file"
             )
 
-    def append(self, episode: Episode) -> None:
+    @property
+    def done(self) -> list[Episode]:
+        """The finished episodes in the file, one per seed."""
+        return [r for r in self.latest.values() if isinstance(r, Episode)]
+
+    def append(self, record: Record) -> None:
         with self.path.open("a", encoding="utf-8") as f:
-            f.write(episode.to_jsonl() + "\n")
+            f.write(record.to_jsonl() + "\n")
             f.flush()
             os.fsync(f.fileno())
+        self.latest.pop(record.seed, None)
+        self.latest[record.seed] = record
+
+
+@dataclass
+class RunResult:
+    """What a run produced: its finished episodes and failed episodes, by seed (those of the file included)."""
+
+    episodes: list[Episode]
+    failed: list[FailedEpisode]
+
+    @property
+    def failures(self) -> dict[str, Any]:
+        """Failed episodes counted by error type, with one example message per type (the summary's `failures`)."""
+        return failure_summary(self.failed, len(self.episodes) + len(self.failed))
+
+
+def failure_summary(failed: Sequence[FailedEpisode], total: int) -> dict[str, Any]:
+    """`{"episodes", "of", "by_type": {type: count}, "examples": {type: message}, "seeds"}`, commonest type first."""
+    counts = Counter(f.error["type"] for f in failed)
+    examples: dict[str, str] = {}
+    for f in failed:
+        examples.setdefault(f.error["type"], f.error["message"])
+    return {
+        "episodes": len(failed),
+        "of": total,
+        "by_type": dict(counts.most_common()),
+        "examples": {t: examples[t] for t, _ in counts.most_common()},
+        "seeds": sorted(f.seed for f in failed if f.seed is not None),
+    }
+
+
+async def play(
+    make_env: Callable[[], gym.Env],
+    make_policy: Callable[[], Any],
+    seed: int,
+    *,
+    run_key: str = "run",
+    episode_timeout: float | None = None,
+) -> Record:
+    """One seed's episode, or its FailedEpisode when anything in it raises (or it passes `episode_timeout` s)."""
+    env = policy = None
+    try:
+        env = make_env()
+        policy = make_policy()
+        if episode_timeout is None:
+            record: Record = await arollout(env, policy, seed=seed)
+        else:
+            try:
+                record = await asyncio.wait_for(arollout(env, policy, seed=seed), episode_timeout)
+            except TimeoutError:
+                raise EpisodeTimeoutError(
+                    f"the episode did not finish within episode_timeout={episode_timeout}s; raise episode_timeout "
+                    "or check the model servers' load"
+                ) from None
+    except Exception as exc:  # one episode's failure is recorded, never the run's
+        record = FailedEpisode.from_exception(exc, env=env, policy=policy, seed=seed)
+    record.episode_id = f"{run_key}-seed{seed}"
+    record.meta["run_key"] = run_key
+    return record
+
+
+class Recorder:
+    """The driver's side of a run: writes each record once, counts failures, stops when too many fail."""
+
+    def __init__(
+        self,
+        seeds: Sequence[int],
+        *,
+        output: str | Path | None,
+        run_key: str,
+        retry_failed: bool,
+        max_failure_rate: float,
+        progress: bool,
+        on_episode: Callable[[Episode], None] | None,
+    ):
+        if len(set(seeds)) != len(seeds):
+            raise ConfigError("seeds must be distinct: each seed names one episode of the run")
+        if not 0 <= max_failure_rate <= 1:
+            raise ConfigError(f"max_failure_rate must be in [0, 1], got {max_failure_rate!r}")
+        self.seeds = list(seeds)
+        self.log = EpisodeLog(output, run_key) if output is not None else None
+        wanted = set(self.seeds)
+        self.latest: dict[int, Record] = {s: r for s, r in (self.log.latest.items() if self.log else ()) if s in wanted}
+        self.todo = [
+            s
+            for s in self.seeds
+            if s not in self.latest or (retry_failed and isinstance(self.latest[s], FailedEpisode))
+        ]
+        self._todo = set(self.todo)
+        self.max_failure_rate = max_failure_rate
+        self.on_episode = on_episode
+        self.bar = tqdm(
+            total=len(self.seeds), initial=len(self.seeds) - len(self.todo), desc="episodes", disable=not progress
+        )
+
+    def failed(self) -> list[FailedEpisode]:
+        return [r for r in self.latest.values() if isinstance(r, FailedEpisode)]
+
+    def record(self, record: Record) -> None:
+        """Write one record (a seed not of this run, or already finished, is refused); stop when too many failed."""
+        if record.seed not in self._todo:
+            raise RuntimeError(f"seed {record.seed} is not one this run plays")
+        if isinstance(self.latest.get(record.seed), Episode):
+            return  # delivered twice (a redone share): the first one stands
+        self.latest[record.seed] = record
+        if self.log:
+            self.log.append(record)
+        if isinstance(record, Episode):
+            if self.on_episode:
+                self.on_episode(record)
+        self.bar.update(1)
+        self.check_failure_rate()
+
+    def check_failure_rate(self) -> None:
+        """Raise RunStoppedError once the failures alone exceed `max_failure_rate` of the run's episodes."""
+        failed = self.failed()
+        if len(failed) <= self.max_failure_rate * len(self.seeds):
+            return
+        summary = failure_summary(failed, len(self.seeds))
+        commonest, count = next(iter(summary["by_type"].items()))
+        raise RunStoppedError(
+            f"stopped early: {len(failed)} of {len(self.seeds)} episodes failed, more than "
+            f"max_failure_rate={self.max_failure_rate}. Commonest error: {commonest} ({count} episodes): "
+            f"{summary['examples'][commonest]}. Finished and failed episodes are kept"
+            + (f" in {self.log.path}; rerun into it to retry the failed ones" if self.log else "")
+        )
+
+    def result(self) -> RunResult:
+        records = [self.latest[s] for s in self.seeds if s in self.latest]
+        return RunResult(
+            episodes=[r for r in records if isinstance(r, Episode)],
+            failed=[r for r in records if isinstance(r, FailedEpisode)],
+        )
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 async def arun(
@@ -116,46 +385,51 @@ async def arun(
     concurrency: int = 4,
     progress: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
-) -> list[Episode]:
-    """Run one episode per seed, `concurrency` at a time; returns all episodes of the run, by seed.
+    retry_failed: bool = True,
+    max_failure_rate: float = 0.2,
+    episode_timeout: float | None = None,
+) -> RunResult:
+    """Run one episode per seed, `concurrency` at a time; returns the run's finished and failed episodes, by seed.
 
-    With `output`, finished episodes are appended as they finish and seeds already in the file
-    (same `run_key`) are skipped.
+    With `output`, each episode is appended as it finishes or fails; seeds already finished in the
+    file (same `run_key`) are skipped, and failed ones are run again when `retry_failed`. Raises
+    RunStoppedError once more than `max_failure_rate` of the episodes have failed.
     """
     if concurrency < 1:
         raise ConfigError(f"concurrency must be >= 1, got {concurrency!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError("seeds must be distinct: each seed names one episode of the run")
-    log = EpisodeLog(output, run_key) if output is not None else None
-    finished = {e.seed: e for e in log.done} if log else {}
-    todo = [s for s in seeds if s not in finished]
-    bar = tqdm(total=len(seeds), initial=len(seeds) - len(todo), desc="episodes", disable=not progress)
+    if episode_timeout is not None and episode_timeout <= 0:
+        raise ConfigError(f"episode_timeout must be > 0 seconds (or null for none), got {episode_timeout!r}")
+    recorder = Recorder(
+        seeds,
+        output=output,
+        run_key=run_key,
+        retry_failed=retry_failed,
+        max_failure_rate=max_failure_rate,
+        progress=progress,
+        on_episode=on_episode,
+    )
     queue: asyncio.Queue[int] = asyncio.Queue()
-    for s in todo:
+    for s in recorder.todo:
         queue.put_nowait(s)
 
     async def worker() -> None:
         while not queue.empty():
             seed = queue.get_nowait()
-            episode = await arollout(make_env(), make_policy(), seed=seed)
-            episode.episode_id = f"{run_key}-seed{seed}"
-            episode.meta["run_key"] = run_key
-            finished[seed] = episode
-            if log:
-                log.append(episode)
-            if on_episode:
-                on_episode(episode)
-            bar.update(1)
+            recorder.record(await play(make_env, make_policy, seed, run_key=run_key, episode_timeout=episode_timeout))
 
+    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(recorder.todo)))]
     try:
-        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(todo)))))
+        await asyncio.gather(*tasks)
     finally:
-        bar.close()
-    return [finished[s] for s in seeds if s in finished]
+        for task in tasks:  # a stop (or an interrupt) cancels the episodes in flight
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        recorder.close()
+    return recorder.result()
 
 
 def run(
     make_env: Callable[[], gym.Env], make_policy: Callable[[], Any], seeds: Iterable[int], **kwargs: Any
-) -> list[Episode]:
+) -> RunResult:
     """Blocking wrapper around `arun` for scripts and the CLI."""
     return asyncio.run(arun(make_env, make_policy, list(seeds), **kwargs))

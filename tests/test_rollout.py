@@ -52,7 +52,7 @@ def test_concurrent_run_over_http_overlaps_episodes(tmp_path):
             output=tmp_path / "e.jsonl",
             concurrency=3,
             progress=False,
-        )
+        ).episodes
         peak = server.max_in_flight
     assert [e.seed for e in episodes] == list(range(6))
     assert 2 <= peak <= 3
@@ -67,12 +67,12 @@ def test_resume_skips_finished_episodes_and_repairs_a_cut_line(tmp_path):
         made.append(1)
         return ScriptedPolicy(["reply"])
 
-    first = run(make_env, make_policy, [0, 1], output=out, run_key="k", progress=False)
+    first = run(make_env, make_policy, [0, 1], output=out, run_key="k", progress=False).episodes
     # an interrupted third episode left half a line behind
     with out.open("a") as f:
         f.write(json.dumps(first[0].to_json())[:50])
     made.clear()
-    episodes = run(make_env, make_policy, [0, 1, 2, 3], output=out, run_key="k", progress=False)
+    episodes = run(make_env, make_policy, [0, 1, 2, 3], output=out, run_key="k", progress=False).episodes
     assert len(made) == 2  # only seeds 2 and 3 ran
     assert [e.seed for e in episodes] == [0, 1, 2, 3]
     lines = out.read_text().splitlines()
@@ -98,7 +98,7 @@ def test_corrupt_line_in_the_middle_names_the_line(tmp_path):
 def test_arun_is_usable_from_a_running_loop():
     import asyncio
 
-    episodes = asyncio.run(arun(make_env, lambda: ScriptedPolicy(["a"]), [5, 6], progress=False))
+    episodes = asyncio.run(arun(make_env, lambda: ScriptedPolicy(["a"]), [5, 6], progress=False)).episodes
     assert [len(e.turns) for e in episodes] == [4, 4]
 
 
