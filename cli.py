@@ -227,6 +227,15 @@ def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
     return clients[role]
 
 
+def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
+    """Give every model setting without its own `concurrency` (policy.llm, judge.llm, env.*_llm …) the run's."""
+    groups = [resolved["policy"], resolved["judge"], resolved["env"]]
+    for group in groups:
+        for key, value in group.items():
+            if (key == "llm" or key.endswith("_llm")) and isinstance(value, dict) and value.get("concurrency") is None:
+                value["concurrency"] = concurrency
+
+
 def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
     """A factory of fresh policies (one per episode: policies keep per-episode state).
 
@@ -507,6 +516,9 @@ def evaluate(
     folder = Path(run_dir) if run_dir is not None else default_run_dir(resolved)
     out = Path(resolved["output"]).expanduser() if resolved["output"] else folder / "episodes.jsonl"
     _claim_run_folder(out)
+    if resolved["concurrency"] < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {resolved['concurrency']}")
+    fill_request_limits(resolved, resolved["concurrency"])
     clients: dict[str, Any] = {}
     make_policy = build_policy(resolved["policy"], clients)
     make_env = build_env(resolved["env"], resolved["judge"], clients)
@@ -519,6 +531,13 @@ def evaluate(
     has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
     record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job)
     record.start(clients)
+    if resolved["progress"] or clients:
+        limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
+        print(
+            f"concurrency: {resolved['concurrency']} episodes at once"
+            + (f"; requests in flight at most: {limits}" if limits else ""),
+            file=sys.stderr,
+        )
     seeds = range(resolved["seed"], resolved["seed"] + resolved["episodes"])
     logger = None
     try:

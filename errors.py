@@ -52,6 +52,30 @@ class BackendError(IfgymError, RuntimeError):
     """A model backend is missing, unreachable, or does not serve the requested model."""
 
 
+class ReplyError(BackendError):
+    """A model server answered, but not with a usable chat completion; subclasses name what was wrong."""
+
+
+class NonJSONReplyError(ReplyError):
+    """The body of a 200 answer is not JSON."""
+
+
+class HTMLReplyError(ReplyError):
+    """The server answered an HTML page (a proxy's or gateway's error page) instead of JSON."""
+
+
+class NoChoicesError(ReplyError):
+    """The completion has no `choices`."""
+
+
+class NullContentError(ReplyError):
+    """The completion's message has `content: null` (no text; e.g. a refusal or a tool call)."""
+
+
+class ReplyTooLongError(ReplyError):
+    """A reply is longer than `max_reply_chars` and `long_reply` is `fail`."""
+
+
 class GenerationError(IfgymError, RuntimeError):
     """A model's answers could not be turned into valid generated data (a dialogue, dimensions) within the re-asks."""
 

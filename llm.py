@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import dataclasses
 import hashlib
 import importlib.util
 import json
 import math
 import os
+import re
 import tempfile
 import threading
 import weakref
@@ -25,7 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ifgym.errors import BackendError, ConfigError, DataFormatError, did_you_mean
+from ifgym.errors import (
+    BackendError,
+    ConfigError,
+    DataFormatError,
+    HTMLReplyError,
+    NoChoicesError,
+    NonJSONReplyError,
+    NullContentError,
+    ReplyTooLongError,
+    did_you_mean,
+)
 
 Message = dict[str, str]
 
@@ -75,13 +87,19 @@ EMBEDDED_MODELS = (QWEN_NAME, SMOLLM_NAME)
 class Usage:
     """Running totals for one client (one role).
 
-    `missing_usage` counts calls whose response carried no token counts (counted as 0 tokens).
+    `missing_usage` counts calls whose response carried no token counts (counted as 0 tokens);
+    `retries` the HTTP requests sent again after a failed attempt (by the openai client's retry
+    machinery), failed calls included; `cleaned` the replies and messages whose lone surrogates
+    were replaced; `truncated` the replies cut at `max_reply_chars`.
     """
 
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     missing_usage: int = 0
+    retries: int = 0
+    cleaned: int = 0
+    truncated: int = 0
 
     def add(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Count one call and its tokens."""
@@ -101,6 +119,9 @@ class Usage:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "missing_usage": self.missing_usage,
+            "retries": self.retries,
+            "cleaned": self.cleaned,
+            "truncated": self.truncated,
         }
 
 
@@ -109,7 +130,9 @@ class Completion:
     """One chat completion: the text and what it cost.
 
     `usage_reported` is False when the backend sent no token counts (then both counts are 0 and
-    callers that need a number use `count_tokens` or an estimate).
+    callers that need a number use `count_tokens` or an estimate). `retries` counts the HTTP
+    requests sent again for this call; `cleaned` is the number of lone surrogates replaced in the
+    text (U+FFFD); `truncated` says the text was cut at `max_reply_chars`.
     """
 
     text: str
@@ -118,6 +141,17 @@ class Completion:
     model: str = ""
     finish_reason: str | None = None
     usage_reported: bool = True
+    retries: int = 0
+    cleaned: int = 0
+    truncated: bool = False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_surrogates(text: str) -> tuple[str, int]:
+    """`text` with every lone surrogate (unencodable as UTF-8) replaced by U+FFFD, and how many were replaced."""
+    return _SURROGATE.subn("\ufffd", text)
 
 
 def word_count(messages: Sequence[Mapping[str, str]]) -> int:
@@ -273,6 +307,8 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "timeout": (lambda v: _is_number(v) and v > 0, "a number of seconds > 0"),
     "max_retries": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
     "concurrency": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "max_reply_chars": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "long_reply": (lambda v: v in ("truncate", "fail"), "'truncate' (cut and count it) or 'fail' (the episode fails)"),
     "embedded_model": (
         lambda v: isinstance(v, str) and v.strip() != "",
         f"one of {', '.join(EMBEDDED_MODELS)} or a path to a .gguf file",
@@ -297,7 +333,8 @@ class LLMConfig:
     `timeout` and `max_retries` go to the OpenAI client (HTTP path only); it retries 408/409/429/5xx
     and connection errors with exponential backoff, honouring `retry-after` / `retry-after-ms`.
     `extra` is sent as additional request fields (HTTP: `extra_body`; embedded: keyword arguments
-    of `Llama.create_chat_completion`, e.g. `top_k`).
+    of `Llama.create_chat_completion`, e.g. `top_k`). A reply longer than `max_reply_chars` is cut
+    there and counted (`long_reply="truncate"`) or raises ReplyTooLongError (`"fail"`).
     """
 
     base_url: str | None = None
@@ -307,9 +344,11 @@ class LLMConfig:
     top_p: float | None = None
     max_tokens: int = 512
     seed: int | None = None
-    timeout: float = 120.0
+    timeout: float = 60.0
     max_retries: int = 4
     concurrency: int = 4
+    max_reply_chars: int = 100_000
+    long_reply: str = "truncate"
     # embedded backend only
     embedded_model: str = "qwen2.5-coder-1.5b"  # or "smollm2-135m" (fast, weak; for tests), or a .gguf path
     n_ctx: int = 8192
@@ -338,6 +377,8 @@ def config_from_mapping(data: Mapping[str, Any]) -> LLMConfig:
             )
     if isinstance(data.get("extra"), Mapping):
         data["extra"] = dict(data["extra"])  # e.g. an OmegaConf DictConfig
+    if "concurrency" in data and data["concurrency"] is None:  # null: the caller's default (ifgym eval: the run's)
+        del data["concurrency"]
     return LLMConfig(**data)
 
 
@@ -722,7 +763,7 @@ class LLMClient:
 
     def chat(self, messages: list[Message], **overrides: Any) -> Completion:
         """One chat completion; `overrides` may set temperature, top_p, max_tokens, seed."""
-        msgs = validate_messages(messages)
+        msgs = self._clean(validate_messages(messages))
         params = _gen_params(self.config, overrides)
         with self._sync_limit:
             if self._embedded is not None:
@@ -732,7 +773,7 @@ class LLMClient:
 
     async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
         """Async twin of chat; at most `config.concurrency` calls of this client run at once per loop."""
-        msgs = validate_messages(messages)
+        msgs = self._clean(validate_messages(messages))
         params = _gen_params(self.config, overrides)
         sem, aclient = self._loop_state()
         async with sem:
@@ -770,6 +811,17 @@ class LLMClient:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _clean(self, msgs: list[Message]) -> list[Message]:
+        """Messages with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted."""
+        out = []
+        for m in msgs:
+            content, n = clean_surrogates(m["content"])
+            if n:
+                with self._usage_lock:
+                    self.usage.cleaned += 1
+            out.append({"role": m["role"], "content": content})
+        return out
+
     def _count(self, prompt: int | None, completion: int | None) -> None:
         with self._usage_lock:
             if prompt is None and completion is None:
@@ -777,17 +829,42 @@ class LLMClient:
             else:
                 self.usage.add(prompt or 0, completion or 0)
 
+    def _reply(self, text: str, prompt: int | None, completion: int | None, **fields: Any) -> Completion:
+        """The Completion of one answered call: counted, surrogates cleaned, cut at `max_reply_chars`."""
+        text, cleaned = clean_surrogates(text)
+        truncated = len(text) > self.config.max_reply_chars
+        if truncated and self.config.long_reply == "fail":
+            self._count(prompt, completion)
+            raise ReplyTooLongError(
+                f"{self.role} model {self.model!r} replied {len(text):,} characters, more than max_reply_chars="
+                f"{self.config.max_reply_chars:,}; raise max_reply_chars, lower max_tokens, or set "
+                "long_reply=truncate to cut such replies (counted in usage)"
+            )
+        if truncated:
+            text = text[: self.config.max_reply_chars]
+        self._count(prompt, completion)
+        with self._usage_lock:
+            self.usage.cleaned += bool(cleaned)
+            self.usage.truncated += truncated
+        reported = prompt is not None or completion is not None
+        return Completion(
+            text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
+        )
+
     def _from_embedded(self, out: Mapping[str, Any]) -> Completion:
         choices = out.get("choices") or []
         if not choices:
-            raise BackendError(f"embedded model {self.model!r} returned no choices")
+            raise NoChoicesError(f"embedded model {self.model!r} returned no choices")
         usage = out.get("usage") or {}
-        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        self._count(prompt, completion)
         choice = choices[0]
         text = (choice.get("message") or {}).get("content") or ""
-        reported = prompt is not None or completion is not None
-        return Completion(text, prompt or 0, completion or 0, self.model, choice.get("finish_reason"), reported)
+        return self._reply(
+            text,
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            model=self.model,
+            finish_reason=choice.get("finish_reason"),
+        )
 
     def _openai_kwargs(self) -> dict[str, Any]:
         return {
@@ -797,12 +874,19 @@ class LLMClient:
             "max_retries": self.config.max_retries,
         }
 
+    def _attempts(self) -> Any:
+        """A context counting this call's HTTP requests (the openai client's retries included)."""
+        return _CountAttempts(self)
+
     def _sync_client(self) -> Any:
         with self._per_loop_lock:  # several threads may make the first call at once
             if self._sync_http is None:
                 import openai
 
-                self._sync_http = openai.OpenAI(**self._openai_kwargs())
+                hooks = {"request": [_count_attempt]}
+                self._sync_http = openai.OpenAI(
+                    **self._openai_kwargs(), http_client=openai.DefaultHttpxClient(event_hooks=hooks)
+                )
             return self._sync_http
 
     def _loop_state(self) -> tuple[asyncio.Semaphore, Any]:
@@ -814,7 +898,10 @@ class LLMClient:
                 if self._embedded is None:
                     import openai
 
-                    aclient = openai.AsyncOpenAI(**self._openai_kwargs())
+                    hooks = {"request": [_acount_attempt]}
+                    aclient = openai.AsyncOpenAI(
+                        **self._openai_kwargs(), http_client=openai.DefaultAsyncHttpxClient(event_hooks=hooks)
+                    )
                 state = (asyncio.Semaphore(self.config.concurrency), aclient)
                 self._per_loop[loop] = state
         return state
@@ -829,40 +916,78 @@ class LLMClient:
         import openai
 
         client = self._sync_client()
-        try:
-            resp = client.chat.completions.create(**self._request(msgs, params))
-        except openai.NotFoundError as exc:
-            raise self._not_found(exc, self._list_models_sync(client)) from exc
-        except openai.OpenAIError as exc:
-            raise self._http_error(exc) from exc
-        return self._from_response(resp)
+        with self._attempts() as attempts:
+            try:
+                resp = client.chat.completions.create(**self._request(msgs, params))
+            except openai.NotFoundError as exc:
+                raise self._not_found(exc, self._list_models_sync(client)) from exc
+            except openai.OpenAIError as exc:
+                raise self._http_error(exc) from exc
+            except json.JSONDecodeError as exc:
+                raise self._not_json(exc) from exc
+        return self._from_response(resp, attempts.retries)
 
     async def _http_achat(self, aclient: Any, msgs: list[Message], params: Mapping[str, Any]) -> Completion:
         import openai
 
-        try:
-            resp = await aclient.chat.completions.create(**self._request(msgs, params))
-        except openai.NotFoundError as exc:
-            raise self._not_found(exc, await self._list_models_async(aclient)) from exc
-        except openai.OpenAIError as exc:
-            raise self._http_error(exc) from exc
-        return self._from_response(resp)
+        with self._attempts() as attempts:
+            try:
+                resp = await aclient.chat.completions.create(**self._request(msgs, params))
+            except openai.NotFoundError as exc:
+                raise self._not_found(exc, await self._list_models_async(aclient)) from exc
+            except openai.OpenAIError as exc:
+                raise self._http_error(exc) from exc
+            except json.JSONDecodeError as exc:
+                raise self._not_json(exc) from exc
+        return self._from_response(resp, attempts.retries)
 
-    def _from_response(self, resp: Any) -> Completion:
+    def _from_response(self, resp: Any, retries: int) -> Completion:
+        url, model = self.config.base_url, self.config.model
+        if isinstance(resp, str):  # openai hands back the text of a body that is not JSON
+            if _looks_like_html(resp):
+                raise HTMLReplyError(
+                    f"{url} answered an HTML page instead of a chat completion ({_html_title(resp)}); a proxy or "
+                    "gateway in front of the model server is failing, or base_url points at a web page"
+                )
+            raise NonJSONReplyError(f"{url} answered a body that is not JSON: {resp[:200]!r}")
         if not getattr(resp, "choices", None):
-            raise BackendError(
-                f"{self.config.base_url} returned no choices for model {self.config.model!r}; "
-                "check the server log (the prompt may have been rejected or filtered)"
+            raise NoChoicesError(
+                f"{url} answered a completion without choices for model {model!r} "
+                f"(keys: {', '.join(sorted((resp.model_extra or {}).keys() | {'id', 'model'}))}); check the server log"
             )
         usage = getattr(resp, "usage", None)
         prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
         completion = getattr(usage, "completion_tokens", None) if usage is not None else None
-        self._count(prompt, completion)
         choice = resp.choices[0]
         text = choice.message.content if choice.message is not None else None
-        model = resp.model or self.config.model
-        reported = prompt is not None or completion is not None
-        return Completion(text or "", prompt or 0, completion or 0, model, choice.finish_reason, reported)
+        if text is None:
+            self._count(prompt, completion)
+            refusal = getattr(choice.message, "refusal", None) if choice.message is not None else None
+            raise NullContentError(
+                f"{url} answered content null for model {model!r} (finish_reason {choice.finish_reason!r}"
+                + (f", refusal {refusal!r:.200}" if refusal else "")
+                + "): no reply text to score; check the model's chat template and the server log"
+            )
+        return self._reply(
+            text,
+            prompt,
+            completion,
+            model=resp.model or model,
+            finish_reason=choice.finish_reason,
+            retries=retries,
+        )
+
+    def _not_json(self, exc: json.JSONDecodeError) -> BackendError:
+        body = exc.doc or ""
+        if _looks_like_html(body):
+            return HTMLReplyError(
+                f"{self.config.base_url} answered an HTML page labelled as JSON ({_html_title(body)}); a proxy or "
+                "gateway in front of the model server is failing"
+            )
+        return NonJSONReplyError(
+            f"{self.config.base_url} answered a body that is not JSON ({exc.msg} at character {exc.pos}): "
+            f"{body[:200]!r}; check that base_url is an OpenAI-compatible API"
+        )
 
     def _list_models_sync(self, client: Any) -> list[str] | str:
         import openai
@@ -915,12 +1040,61 @@ class LLMClient:
             else:
                 fix = f"check the key in the environment variable {env}"
             return BackendError(f"{url} rejected the request ({exc.status_code}: authentication); {fix}")
+        if isinstance(exc, openai.APIStatusError) and _looks_like_html(exc.response.text):
+            return HTMLReplyError(
+                f"{url} answered HTTP {exc.status_code} with an HTML error page ({_html_title(exc.response.text)}) "
+                f"(retried up to {self.config.max_retries} times where the status allows); a proxy or gateway in "
+                "front of the model server is failing, or the server is down"
+            )
         if isinstance(exc, openai.APIStatusError):
             return BackendError(
                 f"{url} answered HTTP {exc.status_code} for model {self.config.model!r} "
                 f"(retried up to {self.config.max_retries} times where the status allows): {exc.message}"
             )
         return BackendError(f"call to {url} failed: {type(exc).__name__}: {exc}")
+
+
+# The HTTP requests of the call in progress (a counter per call, found through the context the call runs in).
+_ATTEMPTS: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("ifgym_http_attempts", default=None)
+
+
+def _count_attempt(request: Any) -> None:
+    box = _ATTEMPTS.get()
+    if box is not None:
+        box[0] += 1
+
+
+async def _acount_attempt(request: Any) -> None:
+    _count_attempt(request)
+
+
+class _CountAttempts:
+    """Counts the HTTP requests of one call; on exit adds the retries (requests - 1) to the client's usage."""
+
+    def __init__(self, client: LLMClient):
+        self.client = client
+        self.box = [0]
+        self.retries = 0
+
+    def __enter__(self) -> _CountAttempts:
+        self.token = _ATTEMPTS.set(self.box)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _ATTEMPTS.reset(self.token)
+        self.retries = max(self.box[0] - 1, 0)
+        with self.client._usage_lock:
+            self.client.usage.retries += self.retries
+
+
+def _looks_like_html(text: str) -> bool:
+    head = text.lstrip()[:200].lower()
+    return head.startswith(("<!doctype html", "<html")) or "<html" in head
+
+
+def _html_title(text: str) -> str:
+    found = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    return f"title {found.group(1).strip()[:120]!r}" if found else f"starts {text.strip()[:80]!r}"
 
 
 def make_client(config: LLMConfig | Mapping[str, Any], role: str = "policy") -> LLMClient:

@@ -27,9 +27,13 @@ class LLMConf:
     top_p: float | None = _help("nucleus sampling; null = server default", None)
     max_tokens: int = _help("longest completion", 512)
     seed: int | None = _help("sampling seed forwarded to the server", None)
-    timeout: float = _help("seconds per request", 120.0)
-    max_retries: int = _help("retries on 408/409/429/5xx (retry-after honoured)", 4)
-    concurrency: int = _help("requests in flight for this role", 4)
+    timeout: float = _help("seconds per request", 60.0)
+    max_retries: int = _help("retries on 408/409/429/5xx (retry-after honoured); counted in usage", 4)
+    concurrency: int | None = _help("requests in flight for this role; null = the run's `concurrency`", None)
+    max_reply_chars: int = _help("longest reply kept, in characters", 100_000)
+    long_reply: str = _help(
+        "a reply over max_reply_chars: truncate (cut, counted in usage) | fail (the episode)", "truncate"
+    )
     embedded_model: str = _help("qwen2.5-coder-1.5b | smollm2-135m | path to a .gguf", "qwen2.5-coder-1.5b")
     n_ctx: int = _help("embedded model context length", 8192)
     n_threads: int | None = _help("embedded model threads; null = all cores", None)
@@ -143,7 +147,7 @@ class EvalConf:
     logger: LoggerConf = field(default_factory=LoggerConf)
     episodes: int = _help("number of episodes (seeds seed .. seed+episodes-1)", 3)
     seed: int = _help("first episode seed", 0)
-    concurrency: int = _help("episodes run at once", 4)
+    concurrency: int = _help("episodes run at once; also each role's request limit unless it sets its own", 4)
     output: str | None = _help(
         "episodes JSONL (the run folder is its folder); null = episodes.jsonl in the run folder (hydra.run.dir)", None
     )

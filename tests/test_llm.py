@@ -44,7 +44,15 @@ def test_achat_returns_reply_and_counts_usage():
         client = http_client(srv)
         out = asyncio.run(client.achat(HI))
     assert out.text == "echo hello there"
-    assert client.usage.to_json() == {"calls": 1, "prompt_tokens": 2, "completion_tokens": 3, "missing_usage": 0}
+    assert client.usage.to_json() == {
+        "calls": 1,
+        "prompt_tokens": 2,
+        "completion_tokens": 3,
+        "missing_usage": 0,
+        "retries": 0,
+        "cleaned": 0,
+        "truncated": 0,
+    }
 
 
 def test_achat_works_across_separate_event_loops():
@@ -185,7 +193,7 @@ def test_401_names_the_env_var(monkeypatch):
 
 def test_empty_choices_is_a_backend_error():
     with CannedServer(faults=[(200, {}, {"id": "x", "object": "chat.completion", "model": "m", "choices": []})]) as srv:
-        with pytest.raises(BackendError, match="no choices"):
+        with pytest.raises(BackendError, match="without choices"):
             http_client(srv).chat(HI)
 
 

@@ -33,7 +33,15 @@ def test_chat_policy_over_http_forwards_overrides_and_reports_usage():
     assert reply == areply == "an old silent pond"
     assert [m["role"] for m in srv.requests[0]["messages"]] == ["system", "user"]
     assert (srv.requests[1]["temperature"], srv.requests[1]["max_tokens"]) == (0.3, 20)
-    assert policy.usage == {"calls": 2, "prompt_tokens": 10, "completion_tokens": 8, "missing_usage": 0}
+    assert policy.usage == {
+        "calls": 2,
+        "prompt_tokens": 10,
+        "completion_tokens": 8,
+        "missing_usage": 0,
+        "retries": 0,
+        "cleaned": 0,
+        "truncated": 0,
+    }
     assert policy.last is not None and policy.last.finish_reason == "stop"
 
 
@@ -94,7 +102,15 @@ def test_scripted_policy_cycles_and_reset_restarts():
     policy.reset()
     assert policy.act([USER]) == "a"
     assert asyncio.run(policy.aact([USER])) == "b"
-    assert policy.usage == {"calls": 7, "prompt_tokens": 21, "completion_tokens": 7, "missing_usage": 0}
+    assert policy.usage == {
+        "calls": 7,
+        "prompt_tokens": 21,
+        "completion_tokens": 7,
+        "missing_usage": 0,
+        "retries": 0,
+        "cleaned": 0,
+        "truncated": 0,
+    }
 
 
 def test_scripted_policy_from_a_function_sees_the_messages():

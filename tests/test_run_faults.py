@@ -171,3 +171,26 @@ def test_cli_reports_failures_in_table_and_summary_and_exits_non_zero(tmp_path, 
         assert main(args) == 0
     assert [e.seed for e in read_episodes(out)] == [1, 2, 3, 4, 0]
     assert json.loads((tmp_path / "summary.json").read_text())["failures"]["episodes"] == 0
+
+
+@pytest.mark.parametrize("own, peak", [(None, 3), (1, 1)])
+def test_one_concurrency_knob_sets_every_role_unless_a_role_sets_its_own(tmp_path, capsys, own, peak):
+    with CannedServer(replies=["Fine."], delay=0.15) as server:
+        args = [
+            "eval",
+            "policy=openai",
+            f"policy.llm.base_url={server.base_url}",
+            "policy.llm.model=canned-model",
+            "episodes=6",
+            "concurrency=3",
+            "env.max_turns=2",
+            f"output={tmp_path / 'e.jsonl'}",
+            "progress=false",
+            "plots=false",
+            "ci=false",
+        ]
+        if own is not None:
+            args.append(f"policy.llm.concurrency={own}")
+        assert main(args) == 0
+        assert server.max_in_flight == peak
+    assert f"concurrency: 3 episodes at once; requests in flight at most: policy {peak}" in capsys.readouterr().err

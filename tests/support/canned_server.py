@@ -13,8 +13,11 @@ events, as OpenAI streams it: ``chat.completion.chunk`` events (the role, the te
 finish reason; then the usage in a chunk without choices when ``stream_options.include_usage``
 is set) and ``data: [DONE]``. A request for another model gets a 404 with an OpenAI-style error body.
 ``faults`` are (status, headers) pairs answered to the first chat requests, in order, e.g.
-``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the JSON body to send
-instead of an OpenAI-style error (e.g. ``(200, {}, {"choices": []})`` for a malformed answer).
+``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the body to send instead
+of an OpenAI-style error: a dict is sent as JSON (e.g. ``(200, {}, {"choices": []})`` for a
+malformed answer), a string as it is, labelled ``text/html`` unless the fault's headers set a
+``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
+error page from a gateway).
 The server stops itself after ``ttl`` seconds or ``max_requests`` requests, so a forgotten
 server cannot hang a test run.
 
@@ -43,7 +46,7 @@ class CannedServer:
         replies: Reply = ("OK.",),
         *,
         model: str = "canned-model",
-        faults: Sequence[tuple[int, dict[str, str]] | tuple[int, dict[str, str], dict[str, Any]]] = (),
+        faults: Sequence[tuple[int, dict[str, str]] | tuple[int, dict[str, str], dict[str, Any] | str]] = (),
         delay: float = 0.0,
         include_usage: bool = True,
         max_requests: int = 1000,
@@ -166,15 +169,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by the base
         """Keep test output quiet; the server records what tests need."""
 
-    def _send(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> None:
+        raw = isinstance(body, str)
+        data = body.encode("utf-8", "surrogatepass") if raw else json.dumps(body).encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if not any(key.lower() == "content-type" for key in headers or {}):
+            self.send_header("Content-Type", "text/html; charset=utf-8" if raw else "application/json")
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test)
+            pass
 
     def do_GET(self) -> None:  # noqa: N802 - name fixed by http.server
         if not self.canned._count_request():
