@@ -83,8 +83,8 @@ from ifgym.policies.wrapper import (
 
 __all__ = [
     "DEFINITIONS",
+    "EDGE_KINDS",
     "EXTRACTIONS",
-    "RELATIONS",
     "REWRITES",
     "Edge",
     "GlobalRule",
@@ -95,7 +95,8 @@ __all__ = [
     "TurnNode",
 ]
 
-RELATIONS = ("global_constraint", "context_anchored", "modify", "summary", "new_topic")
+# The kinds of GraphIF's edges (a turn's relation to earlier ones); not StructFlow's relations (ifgym.core.structflow).
+EDGE_KINDS = ("global_constraint", "context_anchored", "modify", "summary", "new_topic")
 EXTRACTIONS = ("fast", "loop", "single")
 REWRITES = ("when_bound", "always", "never")
 RULE_ACTIONS = ("add", "update", "remove")
@@ -301,7 +302,7 @@ def _dot(text: str) -> str:
 
 
 def _definitions() -> str:
-    return "\n".join(f"- {kind}: {DEFINITIONS[kind]}." for kind in RELATIONS)
+    return "\n".join(f"- {kind}: {DEFINITIONS[kind]}." for kind in EDGE_KINDS)
 
 
 FAST_SYSTEM = """You map how the user's latest request in a conversation depends on earlier turns.
@@ -423,7 +424,7 @@ def read_relation(data: Mapping[str, Any], kind: str, turn: int) -> Relation | N
 
     `turn` is the current turn (1-based): located turns must be earlier ones.
     """
-    if kind not in RELATIONS:
+    if kind not in EDGE_KINDS:
         return None
     earlier = turn - 1
     if kind == "new_topic":
@@ -615,7 +616,7 @@ class GraphIF(WrapperPolicy):
             )
             data = json_object(out.text)
             action = _kind(data.get("action")) if data is not None else ""
-            if action not in RELATIONS:
+            if action not in EDGE_KINDS:
                 if action != DONE:
                     self.stats["extraction_failures"] += 1
                 break

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ifgym.core import TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
@@ -18,8 +18,6 @@ from ifgym.rewards.checks import SEMANTICS, check
 
 if TYPE_CHECKING:
     from ifgym.rewards.evolif_judge import EvolIFJudge
-
-NO_JUDGE = Verdict("unknown", "judged constraint but no judge configured (use judge='llm')", "none")
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,57 @@ class TurnScorer(Protocol):
     async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores: ...
 
 
-class Scorer:
+def no_judge(reason: str) -> Verdict:
+    """The verdict on an item only a judge can decide when no judge is configured: unknown, source "none"."""
+    return Verdict("unknown", reason, "none")
+
+
+class RulesThenJudge:
+    """The shape every checklist scorer shares: rules decide what they can, one judge call the rest.
+
+    A subclass says which items there are and which a rule decides (`_items`, `_split`), and each
+    item's group and weight (`_merge`); the judge (or `unjudged`, when there is none) answers the
+    items a rule cannot, in one call per turn.
+    """
+
+    judge: Any = None
+    unjudged: Verdict = no_judge("this item needs a judge (judge='llm')")
+
+    def reset(self) -> None:
+        """Nothing to forget: each turn is scored on its own."""
+
+    def _items(self, spec: TurnSpec) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def _split(self, reply: str, spec: TurnSpec) -> tuple[dict[int, Verdict], dict[int, Verdict], list[int]]:
+        """Rule verdicts (strict, loose) by item index, and the indices left to the judge."""
+        raise NotImplementedError
+
+    def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
+        raise NotImplementedError
+
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Verdicts for `reply` on the spec's items; `history` is the dialogue before it (judge context)."""
+        strict, loose, asked = self._split(reply, spec)
+        if asked:
+            items = [self._items(spec)[i] for i in asked]
+            judged = self.judge.judge(reply, items, history) if self.judge else [self.unjudged] * len(asked)
+            for i, v in zip(asked, judged, strict=True):
+                strict[i] = loose[i] = v
+        return self._merge(spec, strict, loose)
+
+    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Async twin of `score` (the judge call is awaited)."""
+        strict, loose, asked = self._split(reply, spec)
+        if asked:
+            items = [self._items(spec)[i] for i in asked]
+            judged = await self.judge.ajudge(reply, items, history) if self.judge else [self.unjudged] * len(asked)
+            for i, v in zip(asked, judged, strict=True):
+                strict[i] = loose[i] = v
+        return self._merge(spec, strict, loose)
+
+
+class Scorer(RulesThenJudge):
     """Scores a turn's constraints: rule checkers for rule constraints, one batched judge call for judged ones.
 
     `semantics` picks whose reading the rules apply (see `ifgym.rewards.check`): "ifgym" gives
@@ -56,52 +104,30 @@ class Scorer:
     the strict and the loose list (EvolIF has one reading).
     """
 
+    unjudged = no_judge("judged constraint but no judge configured (use judge='llm')")
+
     def __init__(self, judge: EvolIFJudge | None = None, semantics: str = "ifgym"):
         if semantics not in SEMANTICS:
             raise UnknownNameError("checker semantics", semantics, SEMANTICS)
         self.judge = judge
         self.semantics = semantics
 
-    def reset(self) -> None:
-        """Nothing to forget: each turn is scored on its own."""
+    def _items(self, spec: TurnSpec) -> Sequence[Constraint]:
+        return spec.constraints
 
-    def _rules(self, reply: str, constraints: Sequence[Constraint]) -> tuple[dict[int, Verdict], dict[int, Verdict]]:
-        strict, loose = {}, {}
-        for i, c in enumerate(constraints):
+    def _split(self, reply: str, spec: TurnSpec) -> tuple[dict[int, Verdict], dict[int, Verdict], list[int]]:
+        strict, loose, asked = {}, {}, []
+        for i, c in enumerate(spec.constraints):
             if c.judged:
+                asked.append(i)
                 continue
             if self.semantics == "evolif":
                 strict[i] = loose[i] = check(c, reply, semantics="evolif")
             else:
                 strict[i] = check(c, reply)
                 loose[i] = strict[i] if strict[i].label == "yes" else check(c, reply, loose=True)
-        return strict, loose
+        return strict, loose, asked
 
-    @staticmethod
-    def _merge(constraints: Sequence[Constraint], strict: dict, loose: dict, idx: list[int], judged) -> Scores:
-        for i, v in zip(idx, judged, strict=True):
-            strict[i] = loose[i] = v
-        n = range(len(constraints))
-        return Scores([strict[i] for i in n], [loose[i] for i in n], [c.group for c in constraints])
-
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for `reply` on `spec.constraints`; `history` is the dialogue before it (judge context)."""
-        constraints = spec.constraints
-        strict, loose = self._rules(reply, constraints)
-        idx = [i for i, c in enumerate(constraints) if c.judged]
-        judged: Sequence[Verdict] = []
-        if idx:
-            items = [constraints[i] for i in idx]
-            judged = self.judge.judge(reply, items, history) if self.judge else [NO_JUDGE] * len(idx)
-        return self._merge(constraints, strict, loose, idx, judged)
-
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score` (the judge call is awaited)."""
-        constraints = spec.constraints
-        strict, loose = self._rules(reply, constraints)
-        idx = [i for i, c in enumerate(constraints) if c.judged]
-        judged: Sequence[Verdict] = []
-        if idx:
-            items = [constraints[i] for i in idx]
-            judged = await self.judge.ajudge(reply, items, history) if self.judge else [NO_JUDGE] * len(idx)
-        return self._merge(constraints, strict, loose, idx, judged)
+    def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
+        n = range(len(spec.constraints))
+        return Scores([strict[i] for i in n], [loose[i] for i in n], [c.group for c in spec.constraints])

@@ -77,7 +77,7 @@ from ifgym.llm import Conversation
 from ifgym.rewards.checks import check
 from ifgym.rewards.judge import Judge, quote_found, unanswered
 from ifgym.rewards.questions import QuestionRule, question_rule
-from ifgym.rewards.scorer import Scores
+from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 
 __all__ = [
     "CHECKLIST_MODES",
@@ -429,12 +429,7 @@ def _question_rule(question: str) -> QuestionRule | None:
     return question_rule(question)  # checklists repeat their questions turn after turn: parse each once
 
 
-NO_JUDGE = Verdict(
-    "unknown", "this item needs a judge (judge='llm'); rules decide only items with a rule-checkable constraint", "none"
-)
-
-
-class StructFlowScorer:
+class StructFlowScorer(RulesThenJudge):
     """Scores a turn's checklist: rule-decidable items by a rule, the others in one judge call.
 
     An item is rule-decidable when it carries a rule-checkable constraint, or (`question_rules`,
@@ -451,8 +446,12 @@ class StructFlowScorer:
         self.judge_rule_items = judge_rule_items
         self.question_rules = question_rules
 
-    def reset(self) -> None:
-        """Nothing to forget: each turn is scored on its own."""
+    unjudged = no_judge(
+        "this item needs a judge (judge='llm'); rules decide only items with a rule-checkable constraint"
+    )
+
+    def _items(self, spec: TurnSpec) -> Sequence[ChecklistItem]:
+        return spec.checklist
 
     def _rule(self, item: ChecklistItem) -> Any:
         """The item's rule (a Constraint or a QuestionRule), or None when the judge must answer it."""
@@ -475,10 +474,7 @@ class StructFlowScorer:
                 loose[i] = strict[i] if strict[i].label == "yes" else check(rule, reply, loose=True)
         return strict, loose, asked
 
-    @staticmethod
-    def _merge(spec: TurnSpec, strict: dict, loose: dict, asked: list[int], judged: Sequence[Verdict]) -> Scores:
-        for i, v in zip(asked, judged, strict=True):
-            strict[i] = loose[i] = v
+    def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
         n = range(len(spec.checklist))
         return Scores(
             [strict[i] for i in n],
@@ -486,23 +482,6 @@ class StructFlowScorer:
             [item.type for item in spec.checklist],
             [float(item.weight) for item in spec.checklist],
         )
-
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for `reply` on `spec.checklist`; `history` is the dialogue up to the user's request."""
-        strict, loose, asked = self._split(reply, spec)
-        items = [spec.checklist[i] for i in asked]
-        judged = (self.judge.judge(reply, items, history) if self.judge else [NO_JUDGE] * len(items)) if items else []
-        return self._merge(spec, strict, loose, asked, judged)
-
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score`."""
-        strict, loose, asked = self._split(reply, spec)
-        items = [spec.checklist[i] for i in asked]
-        if items:
-            judged = await self.judge.ajudge(reply, items, history) if self.judge else [NO_JUDGE] * len(items)
-        else:
-            judged = []
-        return self._merge(spec, strict, loose, asked, judged)
 
 
 # ---------------------------------------------------------------------------------------------
