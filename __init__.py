@@ -66,6 +66,12 @@ _ENVS = {
         nondeterministic=True,
         kwargs={"generator": "llm", "judge": "llm", "env_name": "ifgym/StructFlow-LLM-v0"},
     ),
+    "ifgym/Composite-v0": dict(entry_point="ifgym.envs.composite:CompositeEnv", nondeterministic=False, kwargs={}),
+    "ifgym/Composite-LLM-v0": dict(
+        entry_point="ifgym.envs.composite:CompositeEnv",
+        nondeterministic=True,
+        kwargs={"renderer": "llm", "judge": "llm", "env_name": "ifgym/Composite-LLM-v0"},
+    ),
 }
 ENV_IDS = tuple(_ENVS)
 

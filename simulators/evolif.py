@@ -282,10 +282,47 @@ class EvolIFTracker:
         live, change, old, new = self._change(self._live, topic)
         return self._commit(topic, "continue", live, change, old, new)
 
+    def move(self, move: str, topic_id: str | None = None, change: str | None = None) -> TrackerStep | None:
+        """One step whose topic move the caller decides (a StructFlow flow drives the composite user).
+
+        `move`: "continue" (one change on the current topic), "new_topic" (the next unused topic,
+        with its initial constraints; None when the bank is exhausted) or "return" (back to the
+        earlier topic `topic_id`, its instruction state restored, then one change). `change`
+        ("add" | "remove" | "modify") is tried first; when it is not possible the configured weights
+        choose, as in `step`. The rng is the episode's, so the same calls give the same steps.
+        """
+        if self._rng is None:
+            raise IfgymError("EvolIFTracker.move() called before reset()")
+        if move not in MOVES:
+            raise UnknownNameError("tracker move", move, MOVES)
+        if change is not None and change not in CHANGES:
+            raise UnknownNameError("change", change, CHANGES)
+        if move == "new_topic":
+            index = self._take_new()
+            return None if index is None else self._arrive(index, "new_topic", change)
+        if move == "return":
+            index = self._index.get(topic_id) if topic_id is not None else None
+            if index is None or index not in self._visited_pos or index == self._current:
+                raise ConfigError(
+                    f"tracker return to {topic_id!r}: give an earlier topic other than the current one "
+                    f"({self.topics[self._current].id!r})"
+                )
+            return self._arrive(index, "return", change)
+        self._turn += 1
+        self._on_topic += 1
+        topic = self.topics[self._current]
+        live, done, old, new = self._change(self._live, topic, change)
+        return self._commit(topic, "continue", live, done, old, new)
+
     @property
     def live(self) -> tuple[Constraint, ...]:
         """The current topic's live constraints."""
         return self._live
+
+    @property
+    def current_topic(self) -> Topic:
+        """The topic the dialogue is on."""
+        return self.topics[self._current]
 
     # -- topic layer --------------------------------------------------------------------------
     def _has_new(self) -> bool:
@@ -308,7 +345,7 @@ class EvolIFTracker:
             j += 1
         return self._visited[j]
 
-    def _arrive(self, index: int, move: str) -> TrackerStep:
+    def _arrive(self, index: int, move: str, prefer: str | None = None) -> TrackerStep:
         self._turn += 1
         self._on_topic = 1
         self._current = index
@@ -329,7 +366,7 @@ class EvolIFTracker:
                     "widen TrackerConfig.groups or give the topic more keywords"
                 )
             return self._commit(topic, move, live, None, None, None)
-        live, change, old, new = self._change(self._states[index], topic)
+        live, change, old, new = self._change(self._states[index], topic, prefer)
         return self._commit(topic, move, live, change, old, new)
 
     def _commit(
@@ -346,17 +383,21 @@ class EvolIFTracker:
         return TrackerStep(self._turn, topic, move, change, live, old, new, self._on_topic)
 
     # -- change layer -------------------------------------------------------------------------
-    def _change(self, live: tuple[Constraint, ...], topic: Topic) -> Change:
-        """Apply one change, choosing among the possible ones with re-normalised weights."""
-        return change_one(
-            self._rng,
-            live,
-            self.config.change_weights,
-            self.groups,
-            lambda others: self._context(topic, others),
-            self._cap,
-            self.config.sample_tries,
-        )
+    def _change(self, live: tuple[Constraint, ...], topic: Topic, prefer: str | None = None) -> Change:
+        """Apply one change (`prefer` first, if given), choosing among the possible ones with re-normalised weights."""
+        for weights in ({prefer: 1.0}, self.config.change_weights) if prefer else (self.config.change_weights,):
+            result = change_one(
+                self._rng,
+                live,
+                weights,
+                self.groups,
+                lambda others: self._context(topic, others),
+                self._cap,
+                self.config.sample_tries,
+            )
+            if result[1] is not None:
+                break
+        return result
 
     def _context(self, topic: Topic, others: Sequence[Constraint]) -> SampleContext:
         return SampleContext(

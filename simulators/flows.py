@@ -8,15 +8,15 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.core.structflow import Flow, flow_from_json
-from ifgym.errors import DataFormatError
+from ifgym.core.structflow import Edge, Flow, flow_from_json
+from ifgym.errors import ConfigError, DataFormatError
 from ifgym.simulators.assets_io import STRUCTFLOWBENCH_DIR, packaged_or_path
 
-__all__ = ["TEMPLATE_SETS", "load_templates", "templates_from_json"]
+__all__ = ["TEMPLATE_SETS", "chain_flows", "load_templates", "templates_from_json"]
 
 # Template sets that ship with ifgym, by the name `load_templates` / `templates=` accepts in place of a path.
 TEMPLATE_SETS = {"structflowbench": STRUCTFLOWBENCH_DIR / "template.json"}
@@ -88,3 +88,26 @@ def load_templates(path: str | Path | None = None) -> tuple[Flow, ...]:
     if path is None:
         return _load_templates(None)
     return _load_templates(str(packaged_or_path(path, TEMPLATE_SETS, "structure templates")))
+
+
+def chain_flows(flows: Sequence[Flow]) -> Flow:
+    """One flow that plays `flows` one after the other, each joined to the one before by an unrelated turn.
+
+    The turns of flow j are renumbered after those of flows 0..j-1; the first turn of every flow after
+    the first is `unrelatedness` to the last turn before it (a fresh topic). The id joins the ids with "+".
+    """
+    if not flows:
+        raise ConfigError("chain_flows needs at least one flow")
+    edges: list[Edge] = []
+    offset = 0
+    for j, flow in enumerate(flows):
+        if j:
+            edges.append(Edge("unrelatedness", (offset - 1,), (offset,)))
+        edges.extend(
+            Edge(e.relation, tuple(s + offset for s in e.sources), tuple(t + offset for t in e.targets))
+            for e in flow.edges
+        )
+        offset += flow.n_turns
+    if len(flows) == 1:
+        return flows[0]
+    return Flow(offset, tuple(edges), id="+".join(f.id or "flow" for f in flows), description="chained templates")

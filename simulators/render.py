@@ -88,6 +88,7 @@ class RenderRequest:
     history: Sequence[Message] = ()
     missed: tuple[str, ...] = ()
     forbidden_tokens: frozenset[str] = field(default_factory=frozenset)
+    structure: str = ""  # what the turn does to earlier turns, in words (the composite user's StructFlow relation)
 
 
 class ChatClient(Protocol):
@@ -355,7 +356,7 @@ class TemplateRenderer(Renderer):
     def _all_parts(self, request: RenderRequest, rng: np.random.Generator) -> list[str]:
         """Opening for the move, a note for the change, then every live constraint."""
         parts = [self._opening(request, rng)]
-        note = self._note(request, rng)
+        note = self.change_note(request, rng)
         if note:
             parts.append(note)
         clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
@@ -374,7 +375,7 @@ class TemplateRenderer(Renderer):
             elif clauses:
                 parts.append(_pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
             return parts
-        note = self._note(request, rng)
+        note = self.change_note(request, rng)
         if request.move == "return":
             return [self._opening(request, rng)] + ([note] if note else [])
         lead = _pick(rng, _LEAD_CONTINUE)
@@ -396,7 +397,8 @@ class TemplateRenderer(Renderer):
         return template.format(title=title, focus=word)
 
     @staticmethod
-    def _note(request: RenderRequest, rng: np.random.Generator) -> str | None:
+    def change_note(request: RenderRequest, rng: np.random.Generator) -> str | None:
+        """The sentence stating the turn's change (add: the new rule; remove: the old; modify: old to new), or None."""
         if request.change == "add" and request.new is not None:
             return _pick(rng, _NOTE_ADD).format(new=_pick(rng, request.new.phrasings()))
         if request.change == "remove" and request.old is not None:
@@ -610,6 +612,8 @@ class LLMRenderer(Renderer):
                 lines.append("- Ask for the writing without adding formatting or length requirements.")
         else:
             lines.append(f"- {_change_only_move(request)}")
+            if request.structure:
+                lines.append(f"- {request.structure}")
             if request.move == "new_topic":
                 lines.extend(f"- State this requirement: {c.describe()}" for c in request.constraints)
             else:

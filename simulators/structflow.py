@@ -95,6 +95,7 @@ __all__ = [
     "parse_dataset",
     "parse_graphif_record",
     "unstated",
+    "word_turn",
 ]
 
 Message = dict[str, str]
@@ -932,26 +933,57 @@ class TemplateDialogueGenerator(_GeneratorBase):
                 change = _choice(rng, new.phrasings())
             else:
                 change = _NO_CHANGE[voice]
-        title = plan.topic.title.strip().rstrip(".?!")
-        fields = {
-            "title": title,
-            "title_lc": _lower_first(title),
-            "focus": plan.focus,
-            "src": _answer_ref(sources[0]) if sources else "",
-            "srcs": _answers_ref(sources) if sources else "",
-            "change": change,
-        }
-        parts = [_choice(rng, _OPENINGS[relation][voice]).format(**fields)]
-        if relation in ("start", "unrelatedness"):
-            parts.append(task.framing[voice].format(domain=plan.topic.domain))
-        clauses = [_choice(rng, c.phrasings()) for c in keep]
-        if clauses:
-            parts.append(_choice(rng, _RULES[voice]).format(clauses=_join(clauses)))
-        if voice == 0:
-            text = " ".join(parts)
-            return text[:1].upper() + text[1:]
-        # a casual user still ends each thought; the phrase tables leave that to the join
-        return " ".join(p if p.endswith(("?", ".", "!")) else p + "." for p in parts[:-1]) + " " + parts[-1]
+        return word_turn(
+            relation,
+            voice,
+            rng,
+            topic=plan.topic,
+            focus=plan.focus,
+            sources=sources,
+            change=change,
+            rules=keep,
+            task=task,
+        )
+
+
+def word_turn(
+    relation: str,
+    voice: int,
+    rng: np.random.Generator,
+    *,
+    topic: Topic,
+    focus: str,
+    sources: Sequence[int],
+    change: str = "",
+    rules: Sequence[Constraint] = (),
+    task: TaskType | None = None,
+) -> str:
+    """A StructFlow user's words for one turn: the relation's opening, the task's framing on a fresh topic, the rules.
+
+    `relation` is a flow relation or "start"; `voice` 0 words it as a professional user, 1 as a casual
+    one; `change` fills a refinement's opening ("… but this time {change}"); `rules` are stated in
+    one sentence after the opening. Every choice among phrasings comes from `rng`.
+    """
+    title = topic.title.strip().rstrip(".?!")
+    fields = {
+        "title": title,
+        "title_lc": _lower_first(title),
+        "focus": focus,
+        "src": _answer_ref(sources[0]) if sources else "",
+        "srcs": _answers_ref(sources) if sources else "",
+        "change": change,
+    }
+    parts = [_choice(rng, _OPENINGS[relation][voice]).format(**fields)]
+    if relation in ("start", "unrelatedness") and task is not None:
+        parts.append(task.framing[voice].format(domain=topic.domain))
+    clauses = [_choice(rng, c.phrasings()) for c in rules]
+    if clauses:
+        parts.append(_choice(rng, _RULES[voice]).format(clauses=_join(clauses)))
+    if voice == 0:
+        text = " ".join(parts)
+        return text[:1].upper() + text[1:]
+    # a casual user still ends each thought; the phrase tables leave that to the join
+    return " ".join(p if p.endswith(("?", ".", "!")) else p + "." for p in parts[:-1]) + " " + parts[-1]
 
 
 def _plan_line(flow: Flow, k: int, plan: _TurnPlan) -> str:

@@ -130,6 +130,26 @@ CASES: tuple[Case, ...] = (
         {"max_turns": 8, "judge_mode": "evidence", "cooperativeness": "poor"},
         ("user_llm", "judge_llm"),
     ),
+    # Composite: the template user with rules (all axes; each axis off); the checklist judge; the LLM user
+    Case("composite_v0", "ifgym/Composite-v0", (0, 1, 2), {"min_turns": 8, "max_turns": 10}),
+    *(
+        Case(f"composite_v0_no_{axis}", "ifgym/Composite-v0", (3,), {"min_turns": 6, "max_turns": 8, axis: False})
+        for axis in ("structure", "constraints", "persona")
+    ),
+    Case(
+        "composite_v0_judge",
+        "ifgym/Composite-v0",
+        (4, 5),
+        {"min_turns": 6, "judge": "llm", "patience": None, "reward": "weighted"},
+        ("judge_llm",),
+    ),
+    Case(
+        "composite_llm_v0",
+        "ifgym/Composite-LLM-v0",
+        (0, 1),
+        {"min_turns": 6, "patience": None},
+        ("user_llm", "judge_llm"),
+    ),
     # Policy wrappers around a chat model, in the EvolIF env (patience off so every turn is played)
     *(
         Case(f"wrapper_{policy}", "ifgym/EvolIF-v1", (0,), {"max_turns": 6, "patience": None}, policy=policy)

@@ -1,0 +1,134 @@
+"""Composite scoring: the live constraints by EvolIF's scorer, the structural items by StructFlow's checklist scorer.
+
+A composite turn's checklist lists one item per live constraint (in `spec.constraints`' order,
+each carrying its rule) and then the flow's structural item, if any. `CompositeScorer` scores the
+constraints with `Scorer` (rule checkers, EvolIF's or ifgym's semantics) and the rest of the
+checklist with `StructFlowScorer` (rule-decidable questions by rule, the others by the checklist
+judge; without a judge they are `unknown`, and `unscored` says so). The verdicts come back in the
+checklist's order, so StructFlow's metrics read them as they are, and the first
+`len(spec.constraints)` of them are EvolIF's verdicts.
+
+Metrics (`summarize`): EvolIF's over the live constraints (CSR, ISR, EDR_*, REC, ROB, pass rate per
+group), StructFlow's over the whole checklist (`checklist/CSR`, `checklist/ISR`, DRFR, WCSR,
+WCSR_pooled, `item_rate/<type>`), pass rates per relation × constraint group
+(`relation_group/<relation>/<group>`), the structural items' pass rate per relation
+(`structural/<relation>`), and CSR/ISR/EDR_len/DRFR per persona level (`persona/<level>/<metric>`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ifgym.core import Episode, TurnSpec
+from ifgym.errors import DataFormatError
+from ifgym.rewards.metrics import HEADLINE as EVOLIF_HEADLINE
+from ifgym.rewards.metrics import summarize as evolif_summarize
+from ifgym.rewards.scorer import Scorer, Scores
+from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer
+from ifgym.rewards.structflow import summarize as structflow_summarize
+
+__all__ = ["HEADLINE", "CompositeScorer", "evolif_view", "summarize"]
+
+HEADLINE: tuple[str, ...] = (*EVOLIF_HEADLINE, "checklist/CSR", "checklist/ISR", "DRFR", "WCSR")
+
+
+def _split(spec: TurnSpec) -> TurnSpec:
+    """The spec of the checklist items after the constraint items (structural ones, or a StructFlow turn's rest)."""
+    n = len(spec.constraints)
+    head = spec.checklist[:n]
+    if len(head) != n or any(item.constraint != c for item, c in zip(head, spec.constraints, strict=True)):
+        raise DataFormatError(
+            "a composite turn's checklist must start with one item per live constraint, in the same order"
+        )
+    return replace(spec, constraints=(), checklist=spec.checklist[n:])
+
+
+class CompositeScorer:
+    """The constraints by `rules` (a Scorer), the rest of the checklist by `checklist` (a StructFlowScorer)."""
+
+    def __init__(self, rules: Scorer, checklist: StructFlowScorer):
+        self.rules = rules
+        self.checklist = checklist
+
+    @property
+    def judge(self) -> Any:
+        """The checklist judge (None with judge='rules'): what `ifgym eval` audits."""
+        return self.checklist.judge
+
+    def reset(self) -> None:
+        """Nothing to forget: each turn is scored on its own."""
+
+    @staticmethod
+    def _concat(a: Scores, b: Scores) -> Scores:
+        return Scores(a.strict + b.strict, a.loose + b.loose, a.labels + b.labels, a.weights + b.weights)
+
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Verdicts for every checklist item, in the checklist's order."""
+        rest = _split(spec)
+        return self._concat(self.rules.score(reply, spec, history), self.checklist.score(reply, rest, history))
+
+    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Async twin of `score`."""
+        rest = _split(spec)
+        a = await self.rules.ascore(reply, spec, history)
+        return self._concat(a, await self.checklist.ascore(reply, rest, history))
+
+
+def evolif_view(episodes: Sequence[Episode], loose: bool = False) -> list[Episode]:
+    """The episodes as EvolIF's metrics read them: each turn's verdicts cut to its live constraints."""
+    out = []
+    for e in episodes:
+        turns = []
+        for t in e.turns:
+            n = len(t.spec.constraints)
+            turns.append(replace(t, verdicts=t.verdicts[:n], loose_verdicts=t.loose_verdicts[:n]))
+        out.append(replace(e, turns=turns))
+    return out
+
+
+def _rate(yes: int, known: int) -> float:
+    return yes / known if known else math.nan
+
+
+def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
+    """Every composite metric in one flat dict (see the module docstring for the keys)."""
+    view = evolif_view(episodes, loose)
+    out = evolif_summarize(view, loose=loose)
+    sf = structflow_summarize(episodes, loose=loose)
+    out.update({"checklist/CSR": sf["CSR"], "checklist/ISR": sf["ISR"]})
+    for key in ("DRFR", "WCSR", "WCSR_pooled", "items"):
+        out[key] = sf[key]
+    out["checklist_unknown"] = sf["unknown"]
+    out.update({f"item_rate/{k[len('pass_rate/') :]}": v for k, v in sf.items() if k.startswith("pass_rate/")})
+    cells: dict[tuple[str, str], list[int]] = {}
+    for e in episodes:
+        for t in e.turns:
+            # without the structure axis a turn has no relation: it is named by EvolIF's move
+            relation = t.spec.meta.get("relation") or (FIRST_TURN if t.index == 0 else f"move:{t.spec.move}")
+            verdicts = t.loose_verdicts if loose else t.verdicts
+            for item, v in zip(t.spec.checklist, verdicts, strict=True):
+                if v.label == "unknown":
+                    continue
+                key = (relation, item.constraint.group) if item.kind == "intra" and item.constraint else None
+                if key is None and item.kind == "structural":
+                    key = ("structural", relation)
+                if key is not None:
+                    cell = cells.setdefault(key, [0, 0])
+                    cell[0] += v.label == "yes"
+                    cell[1] += 1
+    for (a, b), (yes, known) in sorted(cells.items()):
+        name = f"structural/{b}" if a == "structural" else f"relation_group/{a}/{b}"
+        out[name] = _rate(yes, known)
+    levels: dict[str, list[Episode]] = {}
+    for e in episodes:
+        persona = e.meta.get("persona") or {}
+        levels.setdefault(persona.get("level", "off"), []).append(e)
+    for level, group in levels.items():
+        ev = evolif_summarize(evolif_view(group, loose), loose=loose)
+        out.update({f"persona/{level}/{k}": ev[k] for k in ("CSR", "ISR", "EDR_len")})
+        out[f"persona/{level}/DRFR"] = structflow_summarize(group, loose=loose)["DRFR"]
+        out[f"persona/{level}/episodes"] = float(len(group))
+    return out
