@@ -8,7 +8,11 @@ so the user side and the scoring side can both speak it without knowing each oth
   types `Move`, `Change` and `ItemKind`), `UserTurn`, `TurnRecord`, `Episode`;
 - `constraints` and `catalog`: the `Constraint` type and every constraint type of the catalog,
   each with its rule (`check`), the words a user says (`describe`, `phrasings`), and how it is
-  drawn and varied (`sample`, `vary`; `sample_compatible` draws one that fits the others);
+  drawn and varied (`sample`, `vary`);
+- `sampling`: what the samplers share (`Ranges`, `SampleContext`) and drawing what fits the live
+  constraints (`sample_compatible`, `vary_compatible`, `change_one`), for the EvolIF tracker and
+  the StructFlow planner alike;
+- `wording`: the small pieces of English the phrasings and the renderers are built from;
 - `structflow`: StructFlow's relations and flows, item types and weights, tasks and user types;
 - `evolif`: EvolIF's instruction format read into constraints and back (`from_evolif`, `to_evolif`).
 
