@@ -493,8 +493,9 @@ def evaluate(
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import run
+    from ifgym.envs.rollout import run, usage_totals
     from ifgym.errors import ConfigError, RunStoppedError
+    from ifgym.llm import Usage
     from ifgym.records import RunRecord, default_run_dir
     from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
     from ifgym.stats import CISettings
@@ -543,7 +544,20 @@ def evaluate(
     try:
         if resolved["logger"]["kind"] == "wandb":
             logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=has_loose)
-        result = run(
+        executor = resolved["executor"]
+        if executor["kind"] not in ("local", "ray"):
+            raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
+        if executor["kind"] == "ray":  # Ray is imported only when chosen
+            from functools import partial
+
+            from ifgym.envs.ray_executor import run_ray
+
+            runner: Callable[..., Any] = partial(
+                run_ray, num_workers=executor["num_workers"], address=executor["address"]
+            )
+        else:
+            runner = run
+        result = runner(
             make_env,
             make_policy,
             seeds,
@@ -566,13 +580,17 @@ def evaluate(
     loose = summarize(episodes, loose=True) if has_loose else {}
     summary = {"protocol": first_env.protocol(), "strict": summarize(episodes), "loose": loose}
     summary["checker_semantics"] = semantics
-    summary["usage"] = {role: client.usage.to_json() for role, client in clients.items()}
+    # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
+    # (every role of the run is listed, one that made no call with zeros)
+    totals = usage_totals(out, key)
+    summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in clients} | totals
     summary["user_stats"] = user_stats(episodes)
     cost = policy_cost(episodes)
     if cost is not None:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
     summary["failures"] = result.failures
+    summary["executor"] = dict(resolved["executor"]) | {"worker_deaths": result.worker_deaths}
     summary["output"] = str(out)
     summary["headline"] = list(getattr(first_env, "headline_metrics", ()))
     summary["judge"] = judge_record

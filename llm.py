@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import contextvars
 import dataclasses
 import hashlib
@@ -22,7 +23,7 @@ import re
 import tempfile
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -112,6 +113,11 @@ class Usage:
         self.calls += 1
         self.missing_usage += 1
 
+    def bump(self, **counts: int) -> None:
+        """Add to the named counters, e.g. `bump(retries=2)`."""
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
     def to_json(self) -> dict[str, int]:
         """Return the totals as a plain dict (for logs and `Policy.usage`)."""
         return {
@@ -152,6 +158,27 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def clean_surrogates(text: str) -> tuple[str, int]:
     """`text` with every lone surrogate (unencodable as UTF-8) replaced by U+FFFD, and how many were replaced."""
     return _SURROGATE.subn("\ufffd", text)
+
+
+# The usage of the episode in progress, by role (set by the runner around each episode; see count_episode_usage).
+_EPISODE_USAGE: contextvars.ContextVar[dict[str, Usage] | None] = contextvars.ContextVar(
+    "ifgym_episode_usage", default=None
+)
+
+
+@contextlib.contextmanager
+def count_episode_usage() -> Iterator[dict[str, Usage]]:
+    """Count every client call made inside the block (and in the tasks and threads it starts) by role.
+
+    The runner wraps each episode in it, so an episode's record carries the calls, tokens and
+    retries of its policy, user and judge, and a run's usage is the sum over its records.
+    """
+    usage: dict[str, Usage] = {}
+    token = _EPISODE_USAGE.set(usage)
+    try:
+        yield usage
+    finally:
+        _EPISODE_USAGE.reset(token)
 
 
 def word_count(messages: Sequence[Mapping[str, str]]) -> int:
@@ -745,6 +772,10 @@ class LLMClient:
         # env kwargs, and every copy must keep talking through the same client.
         return self
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
+        return (LLMClient, (self.config, self.role))
+
     def __repr__(self) -> str:
         where = self.config.base_url or f"embedded:{self.model}"
         return f"LLMClient(role={self.role!r}, model={self.model!r}, at={where!r})"
@@ -817,17 +848,23 @@ class LLMClient:
         for m in msgs:
             content, n = clean_surrogates(m["content"])
             if n:
-                with self._usage_lock:
-                    self.usage.cleaned += 1
+                self._tally(lambda u: u.bump(cleaned=1))
             out.append({"role": m["role"], "content": content})
         return out
 
-    def _count(self, prompt: int | None, completion: int | None) -> None:
+    def _tally(self, update: Callable[[Usage], None]) -> None:
+        """Apply `update` to this client's usage and to the running episode's usage of this role."""
+        episode = _EPISODE_USAGE.get()
         with self._usage_lock:
-            if prompt is None and completion is None:
-                self.usage.add_missing()
-            else:
-                self.usage.add(prompt or 0, completion or 0)
+            update(self.usage)
+            if episode is not None:
+                update(episode.setdefault(self.role, Usage()))
+
+    def _count(self, prompt: int | None, completion: int | None) -> None:
+        if prompt is None and completion is None:
+            self._tally(Usage.add_missing)
+        else:
+            self._tally(lambda u: u.add(prompt or 0, completion or 0))
 
     def _reply(self, text: str, prompt: int | None, completion: int | None, **fields: Any) -> Completion:
         """The Completion of one answered call: counted, surrogates cleaned, cut at `max_reply_chars`."""
@@ -843,9 +880,8 @@ class LLMClient:
         if truncated:
             text = text[: self.config.max_reply_chars]
         self._count(prompt, completion)
-        with self._usage_lock:
-            self.usage.cleaned += bool(cleaned)
-            self.usage.truncated += truncated
+        if cleaned or truncated:
+            self._tally(lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated)))
         reported = prompt is not None or completion is not None
         return Completion(
             text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
@@ -1083,8 +1119,8 @@ class _CountAttempts:
     def __exit__(self, *exc: object) -> None:
         _ATTEMPTS.reset(self.token)
         self.retries = max(self.box[0] - 1, 0)
-        with self.client._usage_lock:
-            self.client.usage.retries += self.retries
+        if self.retries:
+            self.client._tally(lambda u: u.bump(retries=self.retries))
 
 
 def _looks_like_html(text: str) -> bool:

@@ -47,7 +47,20 @@ RECORD_FILE = "run.json"
 # LLM settings that change how a run is carried out, not what its episodes are: a resumed run may change them.
 OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env")
 # Top-level eval keys that do not define a run's episodes (how many, where, how they are reported).
-OPERATIONAL_KEYS = ("episodes", "seed", "concurrency", "output", "plots", "progress", "logger", "ci")
+OPERATIONAL_KEYS = (
+    "episodes",
+    "seed",
+    "concurrency",
+    "output",
+    "plots",
+    "progress",
+    "logger",
+    "ci",
+    "executor",
+    "retry_failed",
+    "max_failure_rate",
+    "episode_timeout",
+)
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
 

@@ -135,6 +135,15 @@ class LoggerConf:
 
 
 @dataclass
+class ExecutorConf:
+    """Where episodes run: in this process (asyncio) or in Ray workers."""
+
+    kind: str = _help("local (asyncio in this process) | ray (Ray workers; pip install 'ifgym[ray]')", "local")
+    num_workers: int = _help("Ray workers (one CPU each), each running `concurrency` episodes at once", 2)
+    address: str | None = _help("an existing Ray cluster's address; null = start a local Ray instance", None)
+
+
+@dataclass
 class EvalConf:
     """`ifgym eval`: run N episodes of an env with a policy, score them, report."""
 
@@ -145,6 +154,7 @@ class EvalConf:
     policy: PolicyConf = field(default_factory=PolicyConf)
     judge: JudgeConf = field(default_factory=JudgeConf)
     logger: LoggerConf = field(default_factory=LoggerConf)
+    executor: ExecutorConf = field(default_factory=ExecutorConf)
     episodes: int = _help("number of episodes (seeds seed .. seed+episodes-1)", 3)
     seed: int = _help("first episode seed", 0)
     concurrency: int = _help("episodes run at once; also each role's request limit unless it sets its own", 4)

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from ifgym.core import Episode
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
+from ifgym.llm import count_episode_usage
 
 
 def _finish(env: gym.Env, policy: Any) -> Episode:
@@ -192,6 +193,46 @@ def read_episodes(path: str | Path) -> list[Episode]:
     return [r for r in latest_records(path).values() if isinstance(r, Episode)]
 
 
+def usage_totals(path: str | Path, run_key: str) -> dict[str, dict[str, int]]:
+    """Every call the run's records in `path` made, by role: one pass over the file, retried attempts included.
+
+    Summed from each record's `meta["usage"]`, so a resumed run, a run on Ray workers and the
+    episodes that failed (and were retried) are all counted.
+    """
+    totals: dict[str, dict[str, int]] = {}
+    for record in iter_records(path):
+        if record.meta.get("run_key") != run_key:
+            continue
+        for role, counts in record.meta.get("usage", {}).items():
+            role_total = totals.setdefault(role, {})
+            for name, n in counts.items():
+                role_total[name] = role_total.get(name, 0) + n
+    return totals
+
+
+def _lock(path: Path) -> Any:
+    """Hold an exclusive lock on `path`'s lock file for this writer; refuse when another process holds it."""
+    import fcntl
+
+    lock_path = path.with_name(f".{path.name}.lock")
+    handle = lock_path.open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        owner = handle.read().strip() or "another process"
+        handle.close()
+        raise ConfigError(
+            f"{path} is being written by another ifgym run ({owner}); wait for it to finish, or give this run its "
+            "own output (shards: one file each)"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle
+
+
 def _drop_partial_tail(path: Path) -> None:
     """Cut a trailing partial line so the next append starts on a fresh line."""
     if not path.exists() or path.stat().st_size == 0:
@@ -216,12 +257,29 @@ def _drop_partial_tail(path: Path) -> None:
 
 
 class EpisodeLog:
-    """Append-only JSONL of finished and failed episodes for one run (identified by `run_key`)."""
+    """Append-only JSONL of finished and failed episodes for one run (identified by `run_key`).
+
+    One writer at a time: the log holds a lock on the file until `close()`; a second writer (another
+    process, or another log in this one) is refused with a ConfigError.
+    """
 
     def __init__(self, path: str | Path, run_key: str):
         self.path = Path(path)
         self.run_key = run_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.path)
+        try:
+            self._load(run_key)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the file for other writers."""
+        if not self._lock.closed:
+            self._lock.close()
+
+    def _load(self, run_key: str) -> None:
         _drop_partial_tail(self.path)
         by_id = latest_records(self.path)
         other = {r.meta.get("run_key") for r in by_id.values()} - {run_key}
@@ -252,6 +310,7 @@ class RunResult:
 
     episodes: list[Episode]
     failed: list[FailedEpisode]
+    worker_deaths: int = 0  # Ray executor: workers that died (their episodes were redone)
 
     @property
     def failures(self) -> dict[str, Any]:
@@ -282,7 +341,22 @@ async def play(
     run_key: str = "run",
     episode_timeout: float | None = None,
 ) -> Record:
-    """One seed's episode, or its FailedEpisode when anything in it raises (or it passes `episode_timeout` s)."""
+    """One seed's episode, or its FailedEpisode when anything in it raises (or it passes `episode_timeout` s).
+
+    The record's `meta["usage"]` holds the calls, tokens and retries of every model client the
+    episode used, by role (its policy's, user's and judge's).
+    """
+    with count_episode_usage() as usage:
+        record = await _play(make_env, make_policy, seed, episode_timeout)
+    record.episode_id = f"{run_key}-seed{seed}"
+    record.meta["run_key"] = run_key
+    record.meta["usage"] = {role: u.to_json() for role, u in usage.items()}
+    return record
+
+
+async def _play(
+    make_env: Callable[[], gym.Env], make_policy: Callable[[], Any], seed: int, episode_timeout: float | None
+) -> Record:
     env = policy = None
     try:
         env = make_env()
@@ -299,8 +373,6 @@ async def play(
                 ) from None
     except Exception as exc:  # one episode's failure is recorded, never the run's
         record = FailedEpisode.from_exception(exc, env=env, policy=policy, seed=seed)
-    record.episode_id = f"{run_key}-seed{seed}"
-    record.meta["run_key"] = run_key
     return record
 
 
@@ -379,6 +451,8 @@ class Recorder:
 
     def close(self) -> None:
         self.bar.close()
+        if self.log:
+            self.log.close()
 
 
 async def arun(

@@ -1,0 +1,187 @@
+"""The Ray executor: the same episodes as `ifgym.envs.rollout.arun`, played in Ray workers.
+
+Each worker (a Ray actor, one CPU) runs the asyncio runner on its share of the seeds with its own
+env and policy factories (its own model clients: an LLMClient pickles as its settings). Finished
+and failed episodes stream back to the driver as they end, and the driver writes the one JSONL
+(the same `Recorder` as the local executor: resume, retries, failure counts, progress bar). A worker
+that dies (killed, out of memory, a crash) loses only its episodes in flight: the driver redoes
+every seed of its share it has not received on a new worker, and a seed delivered twice is written
+once. `ray` is imported only here, when `executor=ray` is chosen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ifgym.envs.rollout import Record, Recorder, RunResult, play, record_from_json
+from ifgym.errors import ConfigError
+
+# a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
+MAX_WORKER_DEATHS_PER_SEED = 3
+
+
+# every Ray socket on 127.0.0.1, no usage reporting, no token-auth warning: read when `ray` is imported
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("executor=ray needs Ray: pip install 'ifgym[ray]' (ray==2.60.0)") from None
+    return ray
+
+
+def start_ray(num_workers: int, address: str | None = None) -> Any:
+    """Connect to the cluster at `address`, or start a local Ray instance with `num_workers` CPUs; returns `ray`."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        options: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
+        if address is None:
+            options |= {"num_cpus": num_workers, "include_dashboard": False}
+        ray.init(address=address, **options)
+    return ray
+
+
+class _Worker:
+    """A Ray actor's body: plays its seeds concurrently and yields each record (as JSON) when it ends."""
+
+    def __init__(
+        self,
+        make_env: Callable[[], Any],
+        make_policy: Callable[[], Any],
+        run_key: str,
+        concurrency: int,
+        episode_timeout: float | None,
+    ):
+        self.make_env, self.make_policy = make_env, make_policy
+        self.run_key, self.concurrency, self.episode_timeout = run_key, concurrency, episode_timeout
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def play(self, seeds: Sequence[int]) -> Any:
+        limit = asyncio.Semaphore(self.concurrency)
+
+        async def one(seed: int) -> Record:
+            async with limit:
+                return await play(
+                    self.make_env,
+                    self.make_policy,
+                    seed,
+                    run_key=self.run_key,
+                    episode_timeout=self.episode_timeout,
+                )
+
+        for done in asyncio.as_completed([one(s) for s in seeds]):
+            yield (await done).to_json()
+
+
+async def arun_ray(
+    make_env: Callable[[], Any],
+    make_policy: Callable[[], Any],
+    seeds: Sequence[int],
+    *,
+    num_workers: int = 2,
+    address: str | None = None,
+    output: str | Path | None = None,
+    run_key: str = "run",
+    concurrency: int = 4,
+    progress: bool = True,
+    on_episode: Callable[[Any], None] | None = None,
+    retry_failed: bool = True,
+    max_failure_rate: float = 0.2,
+    episode_timeout: float | None = None,
+    on_workers: Callable[[list[Any]], None] | None = None,
+) -> RunResult:
+    """`arun` on Ray: `num_workers` actors, each `concurrency` episodes at a time; returns the same RunResult.
+
+    `on_workers` is called with each batch of new actor handles (tests use it to kill one).
+    """
+    if num_workers < 1:
+        raise ConfigError(f"executor.num_workers must be >= 1, got {num_workers!r}")
+    if concurrency < 1:
+        raise ConfigError(f"concurrency must be >= 1, got {concurrency!r}")
+    recorder = Recorder(
+        seeds,
+        output=output,
+        run_key=run_key,
+        retry_failed=retry_failed,
+        max_failure_rate=max_failure_rate,
+        progress=progress,
+        on_episode=on_episode,
+    )
+    deaths: dict[int, int] = {}
+    todo = list(recorder.todo)
+    actors: list[Any] = []
+    ray: Any = None
+    try:
+        ray = await asyncio.to_thread(start_ray, num_workers, address)  # ray.init blocks for seconds
+        worker_class = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
+        while todo:
+            shares = [todo[i::num_workers] for i in range(num_workers) if todo[i::num_workers]]
+            batch = [worker_class.remote(make_env, make_policy, run_key, concurrency, episode_timeout) for _ in shares]
+            actors += batch
+            if on_workers:
+                on_workers(batch)
+            lost = await asyncio.gather(*(_consume(ray, a, s, recorder) for a, s in zip(batch, shares, strict=True)))
+            for actor in batch:
+                ray.kill(actor)  # an actor holds its CPU until killed
+            todo = []
+            for share_lost, error in lost:
+                for seed in share_lost:
+                    deaths[seed] = deaths.get(seed, 0) + 1
+                    if deaths[seed] < MAX_WORKER_DEATHS_PER_SEED:
+                        todo.append(seed)
+                    else:
+                        recorder.record(_worker_died(seed, run_key, deaths[seed], error))
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+        recorder.close()
+    result = recorder.result()
+    result.worker_deaths = sum(deaths.values())
+    return result
+
+
+async def _consume(ray: Any, actor: Any, share: list[int], recorder: Recorder) -> tuple[list[int], str]:
+    """Record the share's episodes as they stream in; returns the seeds lost to the worker's death, and why."""
+    delivered: set[int] = set()
+    stream = actor.play.options(num_returns="streaming").remote(share)
+    try:
+        async for ref in stream:
+            record = record_from_json(await ref)
+            delivered.add(record.seed)
+            recorder.record(record)
+    except ray.exceptions.RayActorError as exc:  # the worker died: its undelivered seeds are redone
+        return [s for s in share if s not in delivered], f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    return [], ""
+
+
+def _worker_died(seed: int, run_key: str, times: int, error: str) -> Record:
+    from ifgym.envs.rollout import FailedEpisode
+
+    return FailedEpisode(
+        episode_id=f"{run_key}-seed{seed}",
+        env_id="",
+        seed=seed,
+        error={
+            "type": "WorkerDiedError",
+            "message": f"the Ray worker playing this episode died {times} times (last: {error})",
+            "at": "",
+        },
+        meta={"run_key": run_key},
+    )
+
+
+def run_ray(
+    make_env: Callable[[], Any], make_policy: Callable[[], Any], seeds: Sequence[int], **kwargs: Any
+) -> RunResult:
+    """Blocking wrapper around `arun_ray`."""
+    return asyncio.run(arun_ray(make_env, make_policy, list(seeds), **kwargs))
