@@ -18,7 +18,6 @@ from ifgym.rewards.flexbench import (
     FlexBenchScorer,
     LLMDimensionJudge,
     RuleJudge,
-    _locate,
     build_dimensions,
     consistency,
     dimension_names,
@@ -32,6 +31,7 @@ from ifgym.rewards.flexbench import (
     plot_heatmap,
     summarize,
 )
+from ifgym.rewards.flexbench.pipeline import _locate
 from ifgym.simulators.flexbench import load_sop, sop_names
 
 NAN = math.nan

@@ -66,6 +66,12 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     names = subprocess.run([sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True).stdout
     assert "ifgym/simulators/assets/topics.json" in names and "ifgym/conf/env/evolif.yaml" in names
     assert "ifgym/core/catalog.py" in names and "ifgym/core/structflow.py" in names  # the neutral room
+    split = (
+        "ifgym/rewards/flexbench/gating.py",
+        "ifgym/simulators/structflow/user.py",
+        "ifgym/simulators/flexbench/callers.py",
+    )
+    assert [f for f in split if f not in names] == []  # the packages split by stage
     flexbench = [
         "ifgym/simulators/assets/personas.json",
         "ifgym/conf/env/flexbench.yaml",

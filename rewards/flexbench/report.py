@@ -1,0 +1,295 @@
+"""FlexBench's corpus metrics over many calls: summaries, per-dimension tables, heatmaps, reports."""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ifgym.core import Episode, Verdict
+from ifgym.errors import DataFormatError
+from ifgym.rewards.flexbench.dimensions import DimensionSet
+from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
+
+# ---------------------------------------------------------------------------------------------
+# Corpus metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def episode_dimensions(episode: Episode) -> DimensionSet:
+    """The dimension set an episode was scored with (stored in `episode.meta["flexbench"]`)."""
+    data = episode.meta.get("flexbench", {}).get("dimensions")
+    if data is None:
+        raise DataFormatError(
+            f"episode {episode.episode_id!r} has no meta['flexbench']['dimensions']; it was not played in FlexBench"
+        )
+    return DimensionSet.from_json(data, f"episode {episode.episode_id!r} dimensions")
+
+
+def _final_verdicts(episode: Episode, dims: DimensionSet) -> list[Verdict] | None:
+    for turn in reversed(episode.turns):
+        if turn.verdicts:
+            if len(turn.verdicts) != len(dims.dimensions):
+                raise DataFormatError(
+                    f"episode {episode.episode_id!r} turn {turn.index}: {len(turn.verdicts)} verdicts for "
+                    f"{len(dims.dimensions)} dimensions"
+                )
+            return turn.verdicts
+    return None
+
+
+def episode_scores(episode: Episode, dims: DimensionSet | None = None) -> FlexScores | None:
+    """Coverage/Achievement of an episode from its last judged turn (None if no turn was judged)."""
+    dims = dims or episode_dimensions(episode)
+    verdicts = _final_verdicts(episode, dims)
+    return gate(dims, verdicts) if verdicts is not None else None
+
+
+def _corpus(episodes: Sequence[Episode]) -> tuple[DimensionSet, list[FlexScores]]:
+    if isinstance(episodes, Episode):
+        raise DataFormatError("metrics take a list of episodes; wrap a single episode as [episode]")
+    if not episodes:
+        raise DataFormatError("metrics need at least one episode; got an empty list")
+    dims = episode_dimensions(episodes[0])
+    for e in episodes[1:]:
+        other = e.meta.get("flexbench", {}).get("dimensions", {})
+        if other.get("sop") != dims.sop or [d.get("id") for d in other.get("dimensions", [])] != list(dims.ids):
+            raise DataFormatError(
+                f"episode {e.episode_id!r} was scored with other dimensions than {episodes[0].episode_id!r}; "
+                "summarize one SOP's episodes at a time"
+            )
+    scores = [s for e in episodes if (s := episode_scores(e, dims)) is not None]
+    return dims, scores
+
+
+def _mean(values: Sequence[float]) -> float:
+    known = [v for v in values if not math.isnan(v)]
+    return sum(known) / len(known) if known else math.nan
+
+
+def dimension_rates(dims: DimensionSet, scores: Sequence[FlexScores]) -> dict[str, float]:
+    """Per dimension, gated yes / (yes + no) over the episodes; NaN where never known."""
+    out = {}
+    for dim_id in dims.ids:
+        yes = sum(s.labels[dim_id] == "yes" for s in scores)
+        no = sum(s.labels[dim_id] == "no" for s in scores)
+        out[dim_id] = yes / (yes + no) if yes + no else math.nan
+    return out
+
+
+# The metrics a run is judged by (bootstrap intervals in `ifgym eval`'s summary).
+HEADLINE: tuple[str, ...] = (
+    "coverage",
+    "achievement",
+    "compliance",
+    "score",
+    "coverage_pooled",
+    "achievement_pooled",
+    "compliance_pooled",
+)
+
+
+def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
+    """FlexBench's headline metrics over one SOP's episodes (flat dict of floats; NaN = n/a).
+
+    `turns` (total) and `turns_per_episode`; `coverage` / `achievement` / `compliance` / `score`:
+    means over episodes, the headline (achievement and compliance over the episodes where they are
+    defined); `*_pooled`: ratios of tallies pooled over all episodes, reported beside them (see the
+    module docstring for when they differ); `achievement_defined`: share of episodes
+    with an exercised branch; `unknown`,
+    `gated_out`, `exclusive_conflicts`: totals; `end/<reason>`: share of episodes per
+    done_reason; `pass_rate/<dimension id>`: gated yes / (yes + no), for the dimensions that were
+    ever known. `loose` is accepted and ignored: dimension verdicts have no loose variant (the env
+    says so with `loose_metrics = False`, and the CLI prints no loose column for it).
+    """
+    dims, scores = _corpus(episodes)
+    n = len(episodes)
+    attempted = sum(s.attempted for s in scores)
+    base_total = sum(s.base_total for s in scores)
+    yes = sum(s.branch_yes for s in scores)
+    no = sum(s.branch_no for s in scores)
+    kept = sum(s.kept for s in scores)
+    broken = sum(s.broken for s in scores)
+    out: dict[str, float] = {
+        "episodes": float(n),
+        "judged_episodes": float(len(scores)),
+        "turns": float(sum(len(e.turns) for e in episodes)),
+        "turns_per_episode": float(sum(len(e.turns) for e in episodes)) / n,
+        "coverage": _mean([s.coverage for s in scores]),
+        "achievement": _mean([s.achievement for s in scores]),
+        "compliance": _mean([s.compliance for s in scores]),
+        "score": _mean([s.score for s in scores]),
+        "coverage_pooled": attempted / base_total if base_total else math.nan,
+        "achievement_pooled": yes / (yes + no) if yes + no else math.nan,
+        "compliance_pooled": kept / (kept + broken) if kept + broken else math.nan,
+        "achievement_defined": sum(not math.isnan(s.achievement) for s in scores) / len(scores) if scores else math.nan,
+        "unknown": float(sum(sum(v == "unknown" for v in s.raw.values()) for s in scores)),
+        "gated_out": float(sum(s.gated_out for s in scores)),
+        "exclusive_conflicts": float(sum(s.exclusive_conflicts for s in scores)),
+    }
+    reasons = sorted({e.done_reason or "unfinished" for e in episodes})
+    for reason in reasons:
+        out[f"end/{reason}"] = sum((e.done_reason or "unfinished") == reason for e in episodes) / n
+    for dim_id, rate in dimension_rates(dims, scores).items():
+        if not math.isnan(rate):
+            out[f"pass_rate/{dim_id}"] = rate
+    return out
+
+
+def dimension_table(episodes: Sequence[Episode]) -> list[dict[str, Any]]:
+    """One row per dimension: kind, base, criterion, gated yes/no/unknown counts, gated-out count, rate."""
+    dims, scores = _corpus(episodes)
+    rates = dimension_rates(dims, scores)
+    rows = []
+    for d in dims.dimensions:
+        rows.append(
+            {
+                "id": d.id,
+                "kind": d.kind,
+                "base": dims.base_of(d.id),
+                "criterion": d.criterion,
+                "precondition": d.precondition,
+                "yes": sum(s.labels[d.id] == "yes" for s in scores),
+                "no": sum(s.labels[d.id] == "no" for s in scores),
+                "unknown": sum(s.labels[d.id] == "unknown" for s in scores),
+                "gated_out": sum(s.raw[d.id] != "unknown" and s.labels[d.id] == "unknown" for s in scores),
+                "rate": rates[d.id],
+            }
+        )
+    return rows
+
+
+def short_name(text: str, limit: int = 40) -> str:
+    """A label-sized form of an SOP clause: whole words up to `limit` characters, "…" when cut."""
+    text = " ".join(text.split()).rstrip(".")
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1].rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + "…"
+
+
+def heatmap_matrix(corpora: Mapping[str, Sequence[Episode]]) -> dict[str, Any]:
+    """Per-dimension rates of several corpora (e.g. one per model): rows = corpora, columns = dimensions.
+
+    Returns {"rows": [...], "columns": [dimension ids], "labels": [id + short SOP clause, per column],
+    "values": [[rate or NaN, ...], ...]}; every corpus must use the same dimension set.
+    """
+    if not corpora:
+        raise DataFormatError("heatmap_matrix needs at least one named corpus")
+    rows, values, columns, labels = [], [], None, None
+    for name, episodes in corpora.items():
+        dims, scores = _corpus(episodes)
+        if columns is None:
+            columns = list(dims.ids)
+            labels = [f"{d.id} {short_name(d.unit or d.criterion)}" for d in dims.dimensions]
+        elif list(dims.ids) != columns:
+            raise DataFormatError(f"corpus {name!r} uses other dimensions than the first corpus")
+        rates = dimension_rates(dims, scores)
+        rows.append(name)
+        values.append([rates[c] for c in columns])
+    return {"rows": rows, "columns": columns, "labels": labels, "values": values}
+
+
+def plot_heatmap(
+    matrix: Mapping[str, Any],
+    path: str | Path,
+    title: str = "FlexBench: pass rate per dimension",
+    subtitle: str = "",
+) -> Path:
+    """Draw `heatmap_matrix` output as a PNG and return the path.
+
+    One row per dimension, labelled with its id and a short form of its SOP clause; one column per
+    corpus; n/a cells grey and labelled.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = heatmap_figure(matrix, title, subtitle)
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") -> Any:
+    """The matplotlib Figure `plot_heatmap` saves (dimensions down, corpora across)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    values = np.array(matrix["values"], dtype=float).T  # dimensions as rows: their labels read horizontally
+    masked = np.ma.masked_invalid(values)
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#d0d0d0")  # n/a cells grey
+    dims = matrix.get("labels") or matrix["columns"]
+    corpora = matrix["rows"]
+    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    image = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_yticks(range(len(dims)), dims, fontsize=8)
+    ax.set_xticks(range(len(corpora)), corpora, rotation=30, ha="right")
+    for r in range(len(dims)):
+        for c in range(len(corpora)):
+            ax.text(c, r, format_rate(float(values[r, c])).replace("0.", "."), ha="center", va="center", fontsize=7)
+    fig.colorbar(image, ax=ax, label="yes / (yes + no)")
+    ax.set_title("\n".join(textwrap.wrap(title, 70) + textwrap.wrap(subtitle, 70)), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def consistency(corpus_a: Sequence[Episode], corpus_b: Sequence[Episode]) -> dict[str, float]:
+    """How much two corpora of the same SOP (e.g. generated with different seeds) agree.
+
+    `mad`: mean absolute difference of per-dimension rates over the dimensions defined in both
+    (NaN when none is); `dimensions_compared`; `coverage_diff` / `achievement_diff`: absolute
+    differences of the corpus means (NaN where either is n/a).
+    """
+    dims_a, scores_a = _corpus(corpus_a)
+    dims_b, scores_b = _corpus(corpus_b)
+    if dims_a.ids != dims_b.ids or dims_a.sop != dims_b.sop:
+        raise DataFormatError("consistency compares two corpora of the same SOP and dimension set")
+    rates_a, rates_b = dimension_rates(dims_a, scores_a), dimension_rates(dims_b, scores_b)
+    diffs = [abs(rates_a[k] - rates_b[k]) for k in dims_a.ids if not (math.isnan(rates_a[k]) or math.isnan(rates_b[k]))]
+    return {
+        "mad": sum(diffs) / len(diffs) if diffs else math.nan,
+        "dimensions_compared": float(len(diffs)),
+        "coverage_diff": abs(_mean([s.coverage for s in scores_a]) - _mean([s.coverage for s in scores_b])),
+        "achievement_diff": abs(_mean([s.achievement for s in scores_a]) - _mean([s.achievement for s in scores_b])),
+    }
+
+
+_TABLE_COLUMNS = ("id", "kind", "base", "yes", "no", "unknown", "gated_out", "rate", "criterion", "precondition")
+
+
+def write_report(
+    episodes: Sequence[Episode], folder: str | Path, *, name: str = "run", plots: bool = True, subtitle: str = ""
+) -> dict[str, Path]:
+    """Write one SOP's per-dimension table (CSV) and, with `plots`, its heatmap (PNG) into `folder`.
+
+    The CLI calls this (through `FlexBenchEnv.write_report`) after `ifgym eval`; call it yourself
+    on episodes read back with `ifgym.envs.rollout.read_episodes`. To compare runs, pass several
+    corpora to `heatmap_matrix` / `plot_heatmap`, and two seeds' corpora to `consistency`.
+    Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`); `subtitle`
+    goes under the heatmap's title (the CLI passes the run: env, policy, judge, episodes, date).
+    """
+    import csv
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = folder / "flexbench_dimensions.csv"
+    with table.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=_TABLE_COLUMNS)
+        writer.writeheader()
+        for row in dimension_table(episodes):
+            writer.writerow({**row, "rate": format_rate(row["rate"]), "base": row["base"] or ""})
+    out = {"dimension_table": table}
+    if plots:
+        title = f"FlexBench {name}: pass rate per dimension ({len(episodes)} calls)"
+        out["heatmap"] = plot_heatmap(
+            heatmap_matrix({name: episodes}), folder / "flexbench_heatmap.png", title, subtitle
+        )
+    return out
