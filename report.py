@@ -153,7 +153,7 @@ def chart_data(episodes: Sequence[Episode], summary: dict[str, Any]) -> dict[str
     summary's `pass_rate/<group>` (strict, and loose when the env has it); `group_intervals`: their
     bootstrap intervals when the summary has them.
     """
-    from ifgym.rewards.metrics import survival_curve
+    from ifgym.rewards.evolif_metrics import survival_curve
 
     out: dict[str, Any] = {"survival": None, "survival_note": None}
     if any(t.patience is not None for e in episodes for t in e.turns):

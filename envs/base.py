@@ -16,7 +16,7 @@ import gymnasium as gym
 from ifgym.core import Episode, TurnRecord, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
-from ifgym.rewards.metrics import HEADLINE as METRICS_HEADLINE
+from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
 from ifgym.rewards.rubric import Patience, TurnOutcome, turn_outcome
 from ifgym.rewards.scorer import Scores, TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -150,7 +150,7 @@ class ChatEnv(gym.Env[list, str]):
 
     def _close_turn(self, reply: str, scores: Scores) -> tuple[TurnOutcome, dict[str, Any]]:
         spec = self._turn.spec
-        outcome = turn_outcome(scores.strict, scores.labels, self.reward_mode, self.reward_weights, scores.weights)
+        outcome = turn_outcome(scores.strict, scores.groups, self.reward_mode, self.reward_weights, scores.weights)
         patience = self.patience.update(outcome)
         info = self._turn_info()
         info.update(
@@ -239,7 +239,7 @@ class ChatEnv(gym.Env[list, str]):
     @staticmethod
     def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
         """Headline metrics of this env over finished episodes (EvolIF's by default; envs override)."""
-        from ifgym.rewards.metrics import summarize
+        from ifgym.rewards.evolif_metrics import summarize
 
         return summarize(episodes, loose=loose)
 

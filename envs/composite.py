@@ -136,7 +136,7 @@ class CompositeEnv(ChatEnv):
         env_name: str | None = None,
     ):
         from ifgym.rewards.composite import CompositeScorer
-        from ifgym.rewards.scorer import Scorer
+        from ifgym.rewards.evolif_scorer import EvolIFScorer
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
         from ifgym.simulators.composite import CompositeUser
 
@@ -181,7 +181,7 @@ class CompositeEnv(ChatEnv):
         checklist_judge = (
             ChecklistJudge(resolve_client(judge_llm, "judge"), mode=judge_mode) if judge == "llm" else None
         )
-        scorer = CompositeScorer(Scorer(None, semantics=checker_semantics), StructFlowScorer(checklist_judge))
+        scorer = CompositeScorer(EvolIFScorer(None, semantics=checker_semantics), StructFlowScorer(checklist_judge))
         self.settings = {
             "axes": dict(user.axes),
             "renderer": renderer,

@@ -15,7 +15,7 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.rewards.checks import SEMANTICS
-from ifgym.rewards.scorer import Scorer
+from ifgym.rewards.evolif_scorer import EvolIFScorer
 
 RENDERERS = ("template", "llm")
 JUDGES = ("rules", "llm")
@@ -231,7 +231,7 @@ class EvolIFEnv(ChatEnv):
             "checker_semantics": checker_semantics,
         }
         judge_obj = EvolIFJudge(judge_client, mode=judge_mode) if judge_client is not None else None
-        scorer = Scorer(judge_obj, semantics=checker_semantics)
+        scorer = EvolIFScorer(judge_obj, semantics=checker_semantics)
         super().__init__(
             user=user,
             scorer=scorer,

@@ -12,9 +12,10 @@ from ifgym.core.evolif import from_evolif, to_evolif
 from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.evolif_compat import evolif_check
 from ifgym.rewards.evolif_judge import EvolIFJudge
-from ifgym.rewards.metrics import group_pass_rates, summarize, survival_curve
+from ifgym.rewards.evolif_metrics import group_pass_rates, summarize, survival_curve
+from ifgym.rewards.evolif_scorer import EvolIFScorer
 from ifgym.rewards.rubric import Patience, turn_outcome
-from ifgym.rewards.scorer import Scorer, Scores
+from ifgym.rewards.scorer import Scores
 from ifgym.rewards.trl import ChecklistReward, ConstraintReward, EpisodeReturn, FlexBenchReward, TurnReward
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
@@ -32,7 +33,7 @@ __all__ = [
     "EpisodeReturn",
     "FlexBenchReward",
     "Patience",
-    "Scorer",
+    "EvolIFScorer",
     "Scores",
     "check",
     "conflicts",

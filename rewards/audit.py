@@ -4,7 +4,7 @@ The gold set (`rewards/assets/judge_gold.json`, written for this project) has th
 
 - **evolif**: short texts labelled by hand on EvolIF's judged axes (emotion, reader age, register,
   voice); each text is a positive for its label and a clear negative for the labels it lists under
-  `not` (at least 4 positives and 4 negatives per label). Scored by `Scorer(EvolIFJudge)`.
+  `not` (at least 4 positives and 4 negatives per label). Scored by `EvolIFScorer(EvolIFJudge)`.
 - **structflow**: replies with checklist questions whose answers are known: computed by a rule
   checker where the question is rule-decidable (`rule`), hand-labelled otherwise. Scored by
   `StructFlowScorer(ChecklistJudge)` with the questions as a replayed StructFlowBench turn holds
@@ -378,9 +378,9 @@ def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | N
         raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
     if suite == "evolif":
         from ifgym.rewards.evolif_judge import EvolIFJudge
-        from ifgym.rewards.scorer import Scorer
+        from ifgym.rewards.evolif_scorer import EvolIFScorer
 
-        return Scorer(EvolIFJudge(client, mode=mode))
+        return EvolIFScorer(EvolIFJudge(client, mode=mode))
     if suite == "structflow":
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
 

@@ -2,7 +2,7 @@
 
 A composite turn's checklist lists one item per live constraint (in `spec.constraints`' order,
 each carrying its rule) and then the flow's structural item, if any. `CompositeScorer` scores the
-constraints with `Scorer` (rule checkers, EvolIF's or ifgym's semantics) and the rest of the
+constraints with `EvolIFScorer` (rule checkers, EvolIF's or ifgym's semantics) and the rest of the
 checklist with `StructFlowScorer` (rule-decidable questions by rule, the others by the checklist
 judge; without a judge they are `unknown`, and `unscored` says so). The verdicts come back in the
 checklist's order, so StructFlow's metrics read them as they are, and the first
@@ -24,9 +24,10 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.errors import DataFormatError
-from ifgym.rewards.metrics import HEADLINE as EVOLIF_HEADLINE
-from ifgym.rewards.metrics import summarize as evolif_summarize
-from ifgym.rewards.scorer import Scorer, Scores
+from ifgym.rewards.evolif_metrics import HEADLINE as EVOLIF_HEADLINE
+from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
+from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.scorer import Scores
 from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer
 from ifgym.rewards.structflow import summarize as structflow_summarize
 
@@ -47,9 +48,9 @@ def _split(spec: TurnSpec) -> TurnSpec:
 
 
 class CompositeScorer:
-    """The constraints by `rules` (a Scorer), the rest of the checklist by `checklist` (a StructFlowScorer)."""
+    """The constraints by `rules` (an EvolIFScorer), the rest of the checklist by `checklist` (a StructFlowScorer)."""
 
-    def __init__(self, rules: Scorer, checklist: StructFlowScorer):
+    def __init__(self, rules: EvolIFScorer, checklist: StructFlowScorer):
         self.rules = rules
         self.checklist = checklist
 
@@ -63,7 +64,7 @@ class CompositeScorer:
 
     @staticmethod
     def _concat(a: Scores, b: Scores) -> Scores:
-        return Scores(a.strict + b.strict, a.loose + b.loose, a.labels + b.labels, a.weights + b.weights)
+        return Scores(a.strict + b.strict, a.loose + b.loose, a.groups + b.groups, a.weights + b.weights)
 
     def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
         """Verdicts for every checklist item, in the checklist's order."""

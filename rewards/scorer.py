@@ -1,7 +1,7 @@
 """Score one reply against its turn's spec: rules where they can, a judge where not.
 
 Every env's scorer has the same two methods, `score(reply, spec, history)` and `ascore(...)`, and
-returns `Scores`: one verdict per item (strict and loose), each item's label (its constraint
+returns `Scores`: one verdict per item (strict and loose), each item's group (its constraint
 group, or its checklist type) and weight. The env turns those into reward and patience.
 """
 
@@ -12,28 +12,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ifgym.core import TurnSpec, Verdict
-from ifgym.core.constraints import Constraint
-from ifgym.errors import UnknownNameError
-from ifgym.rewards.checks import SEMANTICS, check
 
 if TYPE_CHECKING:
-    from ifgym.rewards.evolif_judge import EvolIFJudge
+    pass
 
 
 @dataclass(frozen=True)
 class Scores:
-    """Strict and loose verdicts, one per scored item, with each item's label and weight (same order)."""
+    """Strict and loose verdicts, one per scored item, with each item's group and weight (same order)."""
 
     strict: list[Verdict]
     loose: list[Verdict]
-    labels: list[str]
+    groups: list[str]  # each item's group (an EvolIF constraint group, a StructFlow item type, a FlexBench dimension)
     weights: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.weights:
             object.__setattr__(self, "weights", [1.0] * len(self.strict))
-        if not len(self.strict) == len(self.loose) == len(self.labels) == len(self.weights):
-            raise ValueError("Scores needs one strict verdict, loose verdict, label and weight per item")
+        if not len(self.strict) == len(self.loose) == len(self.groups) == len(self.weights):
+            raise ValueError("Scores needs one strict verdict, loose verdict, group and weight per item")
 
 
 class TurnScorer(Protocol):
@@ -94,40 +91,3 @@ class RulesThenJudge:
             for i, v in zip(asked, judged, strict=True):
                 strict[i] = loose[i] = v
         return self._merge(spec, strict, loose)
-
-
-class Scorer(RulesThenJudge):
-    """Scores a turn's constraints: rule checkers for rule constraints, one batched judge call for judged ones.
-
-    `semantics` picks whose reading the rules apply (see `ifgym.rewards.check`): "ifgym" gives
-    strict and loose verdicts; "evolif" gives EvolIF's evaluator's verdict, which then fills both
-    the strict and the loose list (EvolIF has one reading).
-    """
-
-    unjudged = no_judge("judged constraint but no judge configured (use judge='llm')")
-
-    def __init__(self, judge: EvolIFJudge | None = None, semantics: str = "ifgym"):
-        if semantics not in SEMANTICS:
-            raise UnknownNameError("checker semantics", semantics, SEMANTICS)
-        self.judge = judge
-        self.semantics = semantics
-
-    def _items(self, spec: TurnSpec) -> Sequence[Constraint]:
-        return spec.constraints
-
-    def _split(self, reply: str, spec: TurnSpec) -> tuple[dict[int, Verdict], dict[int, Verdict], list[int]]:
-        strict, loose, asked = {}, {}, []
-        for i, c in enumerate(spec.constraints):
-            if c.judged:
-                asked.append(i)
-                continue
-            if self.semantics == "evolif":
-                strict[i] = loose[i] = check(c, reply, semantics="evolif")
-            else:
-                strict[i] = check(c, reply)
-                loose[i] = strict[i] if strict[i].label == "yes" else check(c, reply, loose=True)
-        return strict, loose, asked
-
-    def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
-        n = range(len(spec.constraints))
-        return Scores([strict[i] for i in n], [loose[i] for i in n], [c.group for c in spec.constraints])

@@ -314,12 +314,12 @@ class ChecklistReward:
         verdicts = scores.loose if self.loose else scores.strict
         # without a judge, the items it would answer carry the scorer's "needs a judge" verdict: leave them out
         kept = [k for k, v in enumerate(verdicts) if v.source != "none"]
-        labels = [(scores.labels[k], verdicts[k].label) for k in kept]
+        labels = [(scores.groups[k], verdicts[k].label) for k in kept]
         if not kept:
             return None, labels
         outcome = turn_outcome(
             [verdicts[k] for k in kept],
-            [scores.labels[k] for k in kept],
+            [scores.groups[k] for k in kept],
             self.mode,
             item_weights=[scores.weights[k] for k in kept],
         )

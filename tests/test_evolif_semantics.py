@@ -17,7 +17,7 @@ import pytest
 import ifgym  # noqa: F401
 from ifgym.core.constraints import REGISTRY
 from ifgym.errors import UnknownNameError
-from ifgym.rewards import SEMANTICS, Constraint, Scorer, check, from_evolif
+from ifgym.rewards import SEMANTICS, Constraint, EvolIFScorer, check, from_evolif
 
 FENCED_MD_BULLETS = "```markdown\n- one\n- two\n```"
 
@@ -154,7 +154,7 @@ def test_bad_semantics_names_the_choices_and_evolif_has_no_loose() -> None:
         check(constraint, "{}", loose=True, semantics="evolif")
     assert SEMANTICS == ("ifgym", "evolif")
     with pytest.raises(UnknownNameError):
-        Scorer(semantics="EvolIF")
+        EvolIFScorer(semantics="EvolIF")
 
 
 def test_env_scores_with_evolif_semantics_and_records_it(tmp_path) -> None:

@@ -465,7 +465,7 @@ def test_scorer_marks_the_opening_line_and_drops_the_system_prompt():
     t = scorer.trace(history, "Hello.")
     assert [m["role"] for m in t] == ["assistant", "user", "assistant"] and t[0]["scripted"] and not t[2]["scripted"]
     scores = scorer.score("Hello.", TurnSpec(), history)
-    assert scores.labels == list(dims.ids) and scores.strict == scores.loose and scores.strict[0].label == "unknown"
+    assert scores.groups == list(dims.ids) and scores.strict == scores.loose and scores.strict[0].label == "unknown"
 
 
 # --- the LLM judge ---------------------------------------------------------------------------------

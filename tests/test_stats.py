@@ -9,7 +9,7 @@ import pytest
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
-from ifgym.rewards.metrics import HEADLINE, summarize
+from ifgym.rewards.evolif_metrics import HEADLINE, summarize
 from ifgym.stats import CISettings, compare, intervals, metric_names
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})

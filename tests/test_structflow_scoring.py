@@ -302,7 +302,7 @@ def test_rules_decide_rule_items_and_the_judge_gets_the_rest():
     assert [v.label for v in scores.strict] == ["no", "yes", "yes", "no"]
     assert [v.label for v in scores.loose] == ["yes", "yes", "yes", "no"]  # loose strips the fence
     assert [v.source for v in scores.strict] == ["rule", "judge:canned", "rule", "judge:canned"]
-    assert scores.labels == ["Basic Format Constraint", "Content Constraint", "Quantity Format Constraint", "follow-up"]
+    assert scores.groups == ["Basic Format Constraint", "Content Constraint", "Quantity Format Constraint", "follow-up"]
     assert scores.weights == [1.0, 1.0, 1.0, 2.0]
 
 
