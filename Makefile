@@ -51,6 +51,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/policies.py
 	$(PY) benchmarks/evolif_fidelity.py --parts text
 	$(PY) benchmarks/judges.py
+	$(PY) benchmarks/runner.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

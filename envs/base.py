@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from ifgym.core import Episode, TurnRecord, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
@@ -123,14 +124,33 @@ class ChatEnv(gym.Env[list, str]):
             "patience": self.patience.value,
         }
 
+    _seeds: np.random.Generator | None = None  # the seed sequence of resets without a seed
+
+    def _episode_seed(self, seed: int | None) -> int:
+        """The seed the episode is played with and recorded under: `seed`, else the next of this env's sequence.
+
+        `reset(seed=s)` starts a sequence drawn from `s`; a later `reset()` (a vector env's autoreset)
+        takes its next seed, so every episode has a seed that replays it (`reset(seed=episode.seed)`),
+        and the same first seed gives the same sequence. A first `reset()` without a seed starts
+        the sequence from fresh entropy (recorded all the same).
+        """
+        if seed is not None:
+            self._seeds = np.random.default_rng([seed, 0x5EED])
+            return seed
+        if self._seeds is None:
+            self._seeds = np.random.default_rng()
+        return int(self._seeds.integers(2**31 - 1))
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a dialogue; the observation ends with the user's first turn."""
+        seed = self._episode_seed(seed)
         super().reset(seed=seed)
         self._start(seed)
         return self._open_turn(self.user.reset(self.np_random, options))
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Async twin of `reset` (an LLM user renders without blocking the event loop)."""
+        seed = self._episode_seed(seed)
         super().reset(seed=seed)
         self._start(seed)
         return self._open_turn(await self.user.areset(self.np_random, options))

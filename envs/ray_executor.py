@@ -123,6 +123,12 @@ async def arun_ray(
     ray: Any = None
     try:
         ray = await asyncio.to_thread(start_ray, num_workers, address)  # ray.init blocks for seconds
+        cpus = ray.cluster_resources().get("CPU", 0)
+        if cpus < num_workers:  # the extra workers would wait for a CPU forever, silently
+            raise ConfigError(
+                f"executor.num_workers={num_workers} but the Ray cluster has {cpus:g} CPUs (one per worker); "
+                "use fewer workers, or a cluster with more CPUs"
+            )
         worker_class = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
         while todo:
             shares = [todo[i::num_workers] for i in range(num_workers) if todo[i::num_workers]]

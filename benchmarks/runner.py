@@ -1,0 +1,136 @@
+"""The episode runner's throughput, CPU and memory, side by side in one run.
+
+    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray]
+
+Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
+ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
+request after a fixed `--latency`. One turn is one policy call, so the ideal is concurrency /
+latency turns/s; the table gives turns/s, its ratio to that ideal, and the driver's CPU seconds
+per turn (env + client; Ray workers' CPU is not in it). Local executor at concurrency 1, 8 and 64;
+Ray with 1 and 2 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded).
+
+Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
+builds the run's summary as `ifgym eval` does, for each N in `--sizes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import gymnasium as gym  # noqa: E402
+from support.canned_server import CannedServer  # noqa: E402
+
+import ifgym  # noqa: E402, F401
+from ifgym.envs.rollout import run  # noqa: E402
+from ifgym.llm import LLMConfig, make_client  # noqa: E402
+from ifgym.policies import ChatPolicy  # noqa: E402
+
+
+def throughput(server, turns, concurrency, episodes, executor="local", workers=1):
+    client = make_client(LLMConfig(base_url=server.base_url, model="canned-model", concurrency=concurrency), "policy")
+
+    def make_env():
+        return gym.make("ifgym/EvolIF-v1", max_turns=turns, patience=None)
+
+    def make_policy():
+        return ChatPolicy(client)
+
+    seeds = range(episodes)
+    if executor == "ray":
+        from ifgym.envs.ray_executor import run_ray, start_ray
+
+        start_ray(2)  # one instance for both rows: 2 CPUs
+        run_ray(make_env, make_policy, range(10_000, 10_000 + workers), num_workers=workers, progress=False)  # warm-up
+        start = time.perf_counter()
+        cpu = time.process_time()
+        result = run_ray(make_env, make_policy, seeds, num_workers=workers, concurrency=concurrency, progress=False)
+        ideal = workers * concurrency / server.delay
+    else:
+        start = time.perf_counter()
+        cpu = time.process_time()
+        result = run(make_env, make_policy, seeds, concurrency=concurrency, progress=False)
+        ideal = concurrency / server.delay
+    wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    done = sum(len(e.turns) for e in result.episodes)
+    assert not result.failed, result.failures
+    rate = done / wall
+    return {
+        "turns": done,
+        "wall_s": wall,
+        "turns_per_s": rate,
+        "ideal": ideal,
+        "ratio": rate / ideal,
+        "cpu_ms_per_turn": 1000 * cpu / done,
+    }
+
+
+MEMORY_CHILD = """
+import json, resource, sys
+import gymnasium as gym
+import ifgym
+from ifgym.envs.rollout import run
+from ifgym.policies import ScriptedPolicy
+n, out = int(sys.argv[1]), sys.argv[2]
+make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
+result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)
+summary = make_env().unwrapped.summarize(result.episodes)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"episodes": len(result.episodes), "peak_rss_mb": peak}))
+"""
+
+
+def peak_rss(n):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, str(n), os.path.join(tmp, "e.jsonl")],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
+    parser.add_argument("--no-ray", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with CannedServer(replies=["A short reply about it."], delay=args.latency, max_requests=10**6, ttl=3600) as server:
+        throughput(server, args.turns, 2, 2)  # warm-up: imports, the first connections
+        for c in (1, 8, 64):
+            episodes = max(4, 4 * c)  # about 4 rounds of `concurrency` episodes
+            rows.append(("local", f"concurrency {c}", throughput(server, args.turns, c, episodes)))
+        if not args.no_ray:
+            for w in (1, 2):
+                rows.append(("ray", f"{w} worker(s) x 8", throughput(server, args.turns, 8, 32 * w, "ray", w)))
+    print(f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, load {os.getloadavg()[0]:.1f}")
+    print(f"{'executor':<8} {'setting':<18} {'turns':>6} {'turns/s':>8} {'ideal':>7} {'ratio':>6} {'CPU ms/turn':>12}")
+    for kind, label, r in rows:
+        print(
+            f"{kind:<8} {label:<18} {r['turns']:>6} {r['turns_per_s']:>8.1f} {r['ideal']:>7.0f} {r['ratio']:>6.2f} "
+            f"{r['cpu_ms_per_turn']:>12.2f}"
+        )
+    print("\npeak RSS (scripted policy, 10-turn episodes, summary built):")
+    base = None
+    for n in args.sizes:
+        m = peak_rss(n)
+        base = base or m["peak_rss_mb"]
+        print(f"  {n:>5} episodes: {m['peak_rss_mb']:.1f} MB ({m['peak_rss_mb'] / base:.3f}x of {args.sizes[0]})")
+
+
+if __name__ == "__main__":
+    main()
