@@ -121,3 +121,11 @@ def test_cli_executor_ray_writes_the_run_and_counts_usage_from_the_workers(tmp_p
     assert summary["episodes"] == 4 and summary["executor"]["kind"] == "ray"
     assert summary["usage"]["policy"]["calls"] == 8  # counted in the workers, summed from the records
     assert "usage[policy]: 8 calls" in capsys.readouterr().out
+
+
+def test_more_workers_than_cpus_is_refused_not_a_silent_hang(tmp_path, local_ray):
+    from ifgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="num_workers=3 but the Ray cluster has 2 CPUs"):
+        run_ray(make_env, lambda: ScriptedPolicy(["x"]), range(3), num_workers=3, output=tmp_path / "e.jsonl")
+    run(make_env, lambda: ScriptedPolicy(["x"]), [0], output=tmp_path / "e.jsonl", progress=False)  # lock released
