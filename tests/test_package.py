@@ -13,7 +13,18 @@ import gymnasium as gym
 import ifgym
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "llama_cpp", "wandb", "sentence_transformers", "matplotlib", "openai")
+HEAVY = (
+    "torch",
+    "llama_cpp",
+    "wandb",
+    "sentence_transformers",
+    "matplotlib",
+    "openai",
+    "trl",
+    "transformers",
+    "datasets",
+    "verifiers",
+)
 
 
 def test_import_ifgym_is_light():
