@@ -572,7 +572,9 @@ class CompositeUser(UserSimulator):
             for key in ("template", "task", "user_type"):
                 if key in options:
                     raise ConfigError(f"reset option {key!r} needs the structure axis on")
-            self._plan = _Plan(None, [], TASKS[self.generator.tasks[0]], USER_TYPES[1], "")
+            self._plan = _Plan(
+                None, [], TASKS[self.generator.tasks[0]], USER_TYPES[1], f"evolif/{int(tracker_seed) % 10**6:06d}"
+            )
             return self.tracker.reset(tracker_rng, options.get("topic_id"))
         flow, topic, task, user = self.generator.parameters(np.random.default_rng(plan_seed), options)
         flow = self._lengthen(flow, np.random.default_rng(plan_seed + 1))
