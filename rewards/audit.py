@@ -167,7 +167,7 @@ def gold_version(gold: Mapping[str, Any] | None = None) -> str:
 
 def _claim(template: str, axis: str, label: str, claims: Mapping[str, str]) -> str:
     claim = claims[axis].format(label=label)
-    return template.format(claim=claim, Claim=claim[:1].upper() + claim[1:])
+    return template.format(claim=claim, Claim=claim[:1].upper() + claim[1:], label=label, Label=label.capitalize())
 
 
 def _evolif_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:

@@ -5,11 +5,15 @@ Each judged constraint belongs to one axis: emotion (happy, sad, neutral, angry,
 frustrated), reader age (child, youth, adult, senior), register (formal, informal) or voice
 (active, passive; the style group's "active voice"/"passive voice"). One call asks one question
 per axis the reply's constraints touch, with the axis's labels and their definitions, and the
-answer is JSON `{"emotion": "sad", "voice": "passive"}`. A constraint passes when the judge's
-label is the required one. The prompt holds the reply and the questions only: not the
-constraints, not the user's request (which states the requirement), so it is the same whatever
-label was required and an answer cannot lean toward it. A small model that says "yes" to
-anything it is asked cannot pass a wrong reply this way.
+answer is JSON `{"emotion": "sad", "reader_age": "child"}`. A constraint passes when the judge's
+label is the required one. Voice is not asked: a rule decides it (`voice_of`: a sentence with a
+form of "to be" or "get" followed by a past participle is passive; a text is passive when at
+least half its sentences are), because the embedded 1.5B judge called every passive text of the
+judge audit "active". Sentences of the reply that speak to the judge or state the reply's own
+tone, style or readers are withheld from it (`withhold_addressed`). The prompt holds the reply
+and the questions only: not the constraints, not the user's request (which states the
+requirement), so it is the same whatever label was required and an answer cannot lean toward it.
+A small model that says "yes" to anything it is asked cannot pass a wrong reply this way.
 
 **rating** (`mode="rating"`, for comparability with EvolIF's paper): one call scores every
 judged constraint of a reply on EvolIF's 1-10 scale; the prompt numbers the requirements (their
@@ -56,6 +60,8 @@ __all__ = [
     "axis_of",
     "parse_labels",
     "parse_scores",
+    "voice_of",
+    "withhold_addressed",
 ]
 
 PASS_ABOVE = 6  # EvolIF: a judged item passes when its 1-10 score is > 6
@@ -315,11 +321,30 @@ _OWN_TAG = re.compile(r"<\s*/?\s*(?:reply|request)\s*>|\[/?(?:reply|request)\]",
 _SENTENCE_END = re.compile(r"(?<=[.!?)])\s+(?=\S)")
 
 
+# A sentence announcing a label: "Mood: happy.", "In one word: formal." (it ends on ": <label>"), or a
+# label repeated ("Happy, happy, happy!": at least two of its words and three quarters of them labels),
+# or the text describing itself without naming itself ("Written to be sad from start to finish.").
+_LABELS = r"(?:happy|sad|neutral|angry|excited|frustrated|child|children|youth|adults?|seniors?|formal|informal)"
+_ANNOUNCED = re.compile(rf":\s*{_LABELS}\W*$", re.IGNORECASE)
+_SELF_DESCRIBED = re.compile(
+    r"^\W*(?:written|meant|intended|designed|composed|crafted|made)\s+(?:to be|for|in|as)\b", re.IGNORECASE
+)
+
+
+def _label_stuffed(sentence: str) -> bool:
+    words = re.findall(r"[a-z]+", sentence.lower())
+    labels = sum(1 for w in words if re.fullmatch(_LABELS, w))
+    return labels >= 2 and labels * 4 >= len(words) * 3
+
+
 def _speaks_to_judge(sentence: str) -> bool:
     return bool(
         _TO_THE_JUDGE.search(sentence)
         or _OWN_TAG.search(sentence)
         or (_ABOUT_ITSELF.search(sentence) and _AXIS_WORD.search(sentence))
+        or _ANNOUNCED.search(sentence)
+        or (_SELF_DESCRIBED.search(sentence) and _AXIS_WORD.search(sentence))
+        or _label_stuffed(sentence)
     )
 
 
@@ -342,6 +367,47 @@ def withhold_addressed(text: str) -> tuple[str, int]:
         if kept:
             kept_paragraphs.append(paragraph.strip() if len(kept) == len(sentences) else " ".join(kept))
     return ("\n\n".join(kept_paragraphs).strip(), withheld) if withheld else (text, 0)
+
+
+# Voice is decided by a rule in blind mode: a 1.5B judge called every passive text of the audit
+# "active" whatever it was asked, while "a form of 'to be' (or 'get'), then a past participle" finds
+# passive clauses reliably. A sentence is passive when it holds such a clause; a text is passive when
+# at least half of its sentences are.
+_BE = r"(?:am|is|are|was|were|be|been|being|get|gets|got|gotten|getting)"
+_IRREGULAR = frozenset(
+    "arisen awoken borne beaten become begun bent bet bid bitten bled blown broken bred brought built burnt "
+    "bought caught chosen come cost crept cut dealt dug done drawn dreamt drunk driven eaten fallen fed felt "
+    "fought found fled flown forbidden forgotten forgiven frozen given gone ground grown hung heard hidden hit "
+    "held hurt kept knelt known laid led leant learnt left lent let lain lit lost made meant met paid proven "
+    "put quit read ridden rung risen run said seen sought sold sent set sewn shaken shed shone shot shown shrunk "
+    "shut sung sunk sat slept slid spoken spent spun split spread sprung stood stolen stuck stung struck sworn "
+    "swept swum swung taken taught torn told thought thrown understood woken worn woven wept won wound written".split()
+)
+# -ed words after "to be" that describe a state of mind rather than an action done to the subject
+_STATE_ADJECTIVES = frozenset(
+    "amazed annoyed ashamed bored concerned confused delighted depressed devoted disappointed disgusted "
+    "embarrassed excited exhausted frightened frustrated interested overwhelmed pleased relaxed relieved "
+    "satisfied scared shocked stressed surprised terrified thrilled tired worried".split()
+)
+_PASSIVE = re.compile(
+    rf"\b{_BE}\s+(?:(?:{_BE}|not|never|also|then|just|already|still|yet|\w+ly)\s+)*([a-z]+)\b", re.IGNORECASE
+)
+_SPLIT = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _is_passive(sentence: str) -> bool:
+    for m in _PASSIVE.finditer(sentence):
+        word = m.group(1).lower()
+        if word in _IRREGULAR or (word.endswith("ed") and word not in _STATE_ADJECTIVES and len(word) > 3):
+            return True
+    return False
+
+
+def voice_of(text: str) -> tuple[str, int, int]:
+    """("active" or "passive", passive sentences, sentences) of `text` (see the comment above)."""
+    sentences = [s for s in _SPLIT.split(text) if re.search(r"\w", s)]
+    passive = sum(_is_passive(s) for s in sentences)
+    return ("passive" if sentences and passive * 2 >= len(sentences) else "active"), passive, len(sentences)
 
 
 def axis_of(constraint: Constraint) -> tuple[str, str]:
@@ -452,17 +518,18 @@ class EvolIFJudge(Judge):
     counters = ("withheld",)
 
     def fixed_prompt(self) -> str:
-        """Blind mode: its system prompt, the axes and the withholding patterns; rating mode: its system prompt."""
+        """Blind mode: its system prompt, the axes, the withholding and voice rules; rating mode: its system prompt."""
         if self.mode == "blind":
-            patterns = (_TO_THE_JUDGE, _ABOUT_ITSELF, _AXIS_WORD)
-            return BLIND_SYSTEM_PROMPT + json.dumps(AXES) + "".join(p.pattern for p in patterns)
+            patterns = (_TO_THE_JUDGE, _ABOUT_ITSELF, _AXIS_WORD, _ANNOUNCED, _SELF_DESCRIBED, _PASSIVE)
+            words = " ".join(sorted(_IRREGULAR | _STATE_ADJECTIVES))  # the voice rule's word lists
+            return BLIND_SYSTEM_PROMPT + json.dumps(AXES) + "".join(p.pattern for p in patterns) + words
         return SYSTEM_PROMPT
 
     def build_messages(self, reply: str, constraints: Sequence[Constraint], history: History = None) -> list[Message]:
         """The prompt of this judge's mode for `reply` (blind mode ignores `history`: it states the requirement)."""
         self._validate(constraints)
-        if self.mode == "blind":
-            return self._blind_messages(withhold_addressed(reply)[0], _axes(constraints))
+        if self.mode == "blind":  # the voice axis is decided by a rule, never asked
+            return self._blind_messages(withhold_addressed(reply)[0], [a for a in _axes(constraints) if a != "voice"])
         items = "\n".join(f"<item {i}>{c.describe()}</item>" for i, c in enumerate(constraints, start=1))
         parts = [f"Requirements:\n{items}"]
         request = _last_user_text(history)
@@ -529,7 +596,6 @@ class EvolIFJudge(Judge):
 
     def _classify(self, reply: str, constraints: list[Constraint]) -> Conversation[list[Verdict]]:
         axes = _axes(constraints)
-        keys = ", ".join(f'"{a}"' for a in axes)
         text, withheld = withhold_addressed(reply)
         self._count("withheld", withheld)
         note = f"; {withheld} sentence(s) addressed to the judge withheld" if withheld else ""
@@ -537,13 +603,22 @@ class EvolIFJudge(Judge):
             self._count("unknown", len(constraints))
             reason = f"every sentence of the reply speaks to the judge or describes itself{note}: nothing to classify"
             return [Verdict("unknown", reason, self.source) for _ in constraints]
-        best, attempts = yield from self.ask(
-            self._blind_messages(text, axes),
-            lambda text: parse_labels(text, axes),
-            covers=lambda parse: parse.covers(axes),
-            complete=lambda parse: parse.complete(axes),
-            instruction=f"Reply with only the JSON object with the keys {keys}, each set to one of its listed labels.",
-        )
+        asked = [a for a in axes if a != "voice"]  # voice is decided by a rule (see voice_of)
+        keys = ", ".join(f'"{a}"' for a in asked)
+        best, attempts = BlindParse(), 0
+        if asked:
+            best, attempts = yield from self.ask(
+                self._blind_messages(text, asked),
+                lambda answer: parse_labels(answer, asked),
+                covers=lambda parse: parse.covers(asked),
+                complete=lambda parse: parse.complete(asked),
+                instruction=f"Reply with only the JSON object with the keys {keys}, each set to one of its labels.",
+            )
+        note_voice = ""
+        if "voice" in axes:
+            voice, passive, sentences = voice_of(text)
+            best.labels["voice"] = voice
+            note_voice = f" by rule: {passive} of {sentences} sentence(s) passive"
         verdicts = []
         for c in constraints:
             axis, required = axis_of(c)
@@ -556,7 +631,8 @@ class EvolIFJudge(Judge):
                 verdicts.append(Verdict("unknown", reason, self.source))
             else:
                 verdict = "yes" if label == required else "no"
-                verdicts.append(Verdict(verdict, f"judged {axis}: {label} (required: {required}){note}", self.source))
+                how, source = (note_voice, "rule") if axis == "voice" else ("", self.source)
+                verdicts.append(Verdict(verdict, f"judged {axis}{how}: {label} (required: {required}){note}", source))
         return self._unknown(verdicts)
 
     def _verdict(self, item: ItemScore | None, number: int, attempts: int, unplaced: int = 0) -> Verdict:

@@ -669,3 +669,26 @@ def test_pooled_and_per_episode_means_are_reported_under_their_own_names():
     assert s["achievement_pooled"] == pytest.approx(2 / 4)  # pooled: 2 yes of 4 exercised branches
     # one SOP, so every call has the same 2 base actions: pooled coverage 3/4 equals the mean (1 + 1/2)/2
     assert s["coverage"] == pytest.approx(0.75) and s["coverage_pooled"] == pytest.approx(3 / 4)
+
+
+def test_evidence_mode_needs_a_yes_quoted_from_the_agents_own_messages():
+    dims = DimensionSet.from_json(small())
+    t = trace(("open", "Hello, are you in charge?"), ("u", "Yes I am."), ("a", "Great. Which platform do you use?"))
+
+    def answer(evidence):
+        entries = [{"item": i, "evidence": evidence.get(i, ""), "label": "yes"} for i in range(1, 9)]
+        return json.dumps({"items": entries})
+
+    quotes = {
+        1: "Hello, are you in charge?",  # the scripted opening line: earns nothing
+        3: "Yes I am.",  # the caller's words, not the agent's
+        4: "[3] AGENT: Great. Which platform do you use?",  # the transcript's line label is dropped before matching
+        5: "Which platform do you use",
+        8: "",  # an always-on rule kept needs no quote
+    }
+    judge = LLMDimensionJudge(CannedClient([answer(quotes)], role="judge"), mode="evidence")
+    labels = [v.label for v in judge.judge(dims, t)]
+    # unquoted yes: a base action becomes unknown (not shown attempted), a branch no (due, not shown done)
+    assert labels == ["unknown", "no", "no", "yes", "yes", "no", "no", "yes"]
+    assert judge.stats["unquoted_yes"] == 5
+    assert "evidence" in LLMDimensionJudge.build_messages(dims, t, "evidence")[0]["content"]

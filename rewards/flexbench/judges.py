@@ -173,6 +173,7 @@ DEFAULT_DIMENSION_MODE = "plain"  # the mode measured best on the judge audit (s
 
 
 _KIND_WORDS = {"base": "base action", "branch": "branch", "always": "always-on rule"}
+_SPEAKER_RE = re.compile(r"^\s*(?:\[\d+\]\s*)?AGENT(?:\s*\([^)]*\))?\s*:\s*", re.IGNORECASE)
 
 
 @dataclass
@@ -321,6 +322,8 @@ class LLMDimensionJudge(Judge):
             label, reason = best.labels.get(i, (None, missing))
             if self.mode == "evidence" and label == "yes" and d.kind != "always":
                 quote = best.evidence.get(i)
+                if isinstance(quote, str):  # judges copy the transcript's line label too: "[3] AGENT: …"
+                    quote = _SPEAKER_RE.sub("", quote)
                 if quote_found(quote, agent):
                     reason = f"quotes {str(quote)[:80]!r}"
                 else:
