@@ -1,6 +1,6 @@
 """Does GRPO with ifgym's reward teach a small model something? `python benchmarks/train.py [RUN_FOLDER] [OVERRIDES…]`.
 
-Runs `ifgym train trainer=cpu_start_with` (SmolLM2-135M-Instruct on the CPU, about 28 minutes of
+Runs `ifgym train trainer=cpu_start_with` (SmolLM2-135M-Instruct on the CPU, 25 minutes of
 training plus two held-out evaluations) into `/work/data/train-bench` (or `--out`), then prints
 what the README reports: the settings, the time, and on held-out seeds the mean turn reward and
 the env's headline metrics before and after training, each with its 95% bootstrap interval over
