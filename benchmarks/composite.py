@@ -66,9 +66,12 @@ def play(seeds: range, turns: int, out: Path, config: LLMConfig) -> dict[str, li
 
         key = f"{model}-{name.replace(' ', '_').replace('+', '_')}-t{turns}-m{config.max_tokens}".replace("/", "_")
         print(f"{model}, {name}: {len(seeds)} dialogues (appending to {out / f'{key}.jsonl'})", flush=True)
-        runs[name] = run(
+        result = run(
             make_env, lambda: ChatPolicy(client), seeds, output=out / f"{key}.jsonl", run_key=key, concurrency=1
         )
+        if result.failed:
+            print(f"  {len(result.failed)} failed episode(s), left out of the table: {result.failures['by_type']}")
+        runs[name] = result.episodes
     return runs
 
 
