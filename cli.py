@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.records import run_key
+from ifgym.records import public_config, run_key, scrub_hydra_files
 
 try:  # the Hydra callback base class; hydra is a core dependency, imported here only for the class
     from hydra.experimental.callback import Callback
@@ -684,6 +684,9 @@ def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, 
     hc = HydraConfig.get()
     folder = Path(hc.runtime.output_dir)
     sweep = hc.mode == RunMode.MULTIRUN
+    scrub_hydra_files(folder)
+    if sweep:
+        scrub_hydra_files(hc.sweep.dir)
     job = {
         "mode": hc.mode.name,
         "job_num": hc.job.num if sweep else None,
@@ -733,7 +736,7 @@ class SweepSummary(Callback):
         self.jobs.append(
             {
                 "job": job_return.hydra_cfg.hydra.job.num,
-                "overrides": list(job_return.overrides),
+                "overrides": public_config(list(job_return.overrides)),
                 "folder": job_return.hydra_cfg.hydra.runtime.output_dir,
                 "summary": value,
             }
@@ -1103,6 +1106,7 @@ def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict
     from ifgym.errors import IfgymError
 
     folder = Path(HydraConfig.get().runtime.output_dir)
+    scrub_hydra_files(folder)
     try:
         check_schema(cfg, list(HydraConfig.get().overrides.task))
         from ifgym.integrations.trl import train

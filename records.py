@@ -39,6 +39,7 @@ __all__ = [
     "machine",
     "public_config",
     "run_key",
+    "scrub_hydra_files",
     "run_name",
     "sweep_name",
 ]
@@ -144,6 +145,22 @@ def public_config(config: Any) -> Any:
     if isinstance(config, str):
         return _clean_url(config)
     return config
+
+
+def scrub_hydra_files(folder: str | Path) -> None:
+    """Rewrite Hydra's own records in `folder` (`.hydra/*.yaml`, a sweep's `multirun.yaml`) as `public_config`.
+
+    Hydra saves the command's overrides verbatim before the job starts; a URL with user:password@ or a
+    `?key=` query given on the command line would otherwise stay on disk beside the cleaned run.json.
+    """
+    import yaml
+
+    folder = Path(folder)
+    for path in [*folder.glob(".hydra/*.yaml"), *folder.glob("multirun.yaml")]:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        clean = public_config(data)
+        if clean != data:
+            path.write_text(yaml.safe_dump(clean, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
 def public_command(argv: Sequence[str]) -> str:

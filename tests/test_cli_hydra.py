@@ -158,6 +158,11 @@ def test_run_record_names_what_produced_the_run_and_keeps_no_secrets(cwd):
     (folder,) = (cwd / "runs").iterdir()
     raw = (folder / "run.json").read_text()
     assert "s3cret" not in raw and "alice" not in raw and "sk-never-stored" not in raw
+    for path in folder.rglob("*"):  # Hydra's own records (.hydra/overrides.yaml …) and every other file
+        if path.is_file():
+            assert "s3cret" not in path.read_text(errors="replace"), path
+    overrides = (folder / ".hydra" / "overrides.yaml").read_text()
+    assert f"policy.llm.base_url=http://{server.base_url.split('//')[1]}" in overrides  # the host stays
     record = json.loads(raw)
     host = server.base_url.split("//")[1].split("/")[0]
     assert record["models"] == {"policy": {"model": "served-model", "backend": "http", "host": host}}
