@@ -439,13 +439,13 @@ def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
 # LLM renderer
 # ---------------------------------------------------------------------------------------------
 
-_GENERATE_SYSTEM = (
+GENERATE_SYSTEM = (
     "You play the user in a conversation with an AI assistant. {persona}{voice}{traits}"
     "Stay in character. Output only the text of your next message to the assistant: "
     "no preamble, no quotation marks around it, no labels such as 'User:'."
 )
-_TOPIC_SYSTEM = "You review messages that a user wrote to an AI assistant. Answer with exactly one word: yes or no."
-_CHECKLIST_SYSTEM = "You review whether a user's message states given requirements. Answer only with a JSON object."
+TOPIC_SYSTEM = "You review messages that a user wrote to an AI assistant. Answer with exactly one word: yes or no."
+CHECKLIST_SYSTEM = "You review whether a user's message states given requirements. Answer only with a JSON object."
 _HISTORY_MESSAGES = 4  # recent messages shown to the user model; keeps prompts flat in turn count
 _HISTORY_CHARS = 600
 
@@ -584,7 +584,7 @@ class LLMRenderer(Renderer):
     def generation_messages(self, request: RenderRequest, feedback: str | None = None) -> list[Message]:
         """The prompt asking the user model for the next user message."""
         style = request.style
-        system = _GENERATE_SYSTEM.format(
+        system = GENERATE_SYSTEM.format(
             persona=f"You are {_persona(style.persona)}. " if style else "",
             voice=f"{style.voice.rstrip('.')}. " if style else "",
             traits=f"Your traits: {', '.join(style.traits)}. " if style else "",
@@ -642,7 +642,7 @@ class LLMRenderer(Renderer):
             "Is this message about the topic above (or a follow-up on it), and does it ask the assistant "
             "to write or produce something? Answer yes or no."
         )
-        return [{"role": "system", "content": _TOPIC_SYSTEM}, {"role": "user", "content": question}]
+        return [{"role": "system", "content": TOPIC_SYSTEM}, {"role": "user", "content": question}]
 
     @staticmethod
     def related_messages(request: RenderRequest, text: str) -> list[Message]:
@@ -653,7 +653,7 @@ class LLMRenderer(Renderer):
             "of its key terms)? A generic reference such as 'the earlier topic' or 'what we discussed' does "
             "not count. Answer yes or no."
         )
-        return [{"role": "system", "content": _TOPIC_SYSTEM}, {"role": "user", "content": question}]
+        return [{"role": "system", "content": TOPIC_SYSTEM}, {"role": "user", "content": question}]
 
     @staticmethod
     def checklist_messages(request: RenderRequest, text: str) -> list[Message]:
@@ -665,7 +665,7 @@ class LLMRenderer(Renderer):
             "For each numbered requirement, does the message clearly ask the assistant to follow it? "
             f'Answer with one JSON object mapping every number to "yes" or "no", e.g. {example}.'
         )
-        return [{"role": "system", "content": _CHECKLIST_SYSTEM}, {"role": "user", "content": question}]
+        return [{"role": "system", "content": CHECKLIST_SYSTEM}, {"role": "user", "content": question}]
 
     # -- the shared dialogue ------------------------------------------------------------------
     def _dialogue(self, request: RenderRequest, template_text: str) -> _Dialogue:

@@ -140,11 +140,12 @@ def test_export_prompts(tmp_path, capsys):
 def test_llm_user_and_llm_judge_through_servers_report_usage_per_role(tmp_path):
     """env=evolif_llm + judge=llm: the user model and the judge are canned servers standing in for real models."""
     from support.canned_user import call_kind, scripted_user_model, stating_draft
+    from support.prompts import prompt_kind
 
     user_model = scripted_user_model(generate=stating_draft)
 
     def user_or_judge(messages):
-        if messages[0]["content"].startswith("You classify"):  # the blind judge's prompt
+        if prompt_kind(messages) == "judge.blind":
             keys = re.findall(r'"(\w+)"', messages[-1]["content"].rsplit("Return only", 1)[1])
             first = {"emotion": "neutral", "reader_age": "adult", "register": "formal", "voice": "active"}
             return json.dumps({k: first[k] for k in keys})

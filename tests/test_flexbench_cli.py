@@ -10,6 +10,7 @@ import pytest
 from support.canned_judges import gold_or
 from support.canned_server import CannedServer
 from support.flexbench_pipeline import TOY_SOP, pipeline_answerer
+from support.prompts import prompt_kind
 
 from ifgym.cli import compose, main
 from ifgym.envs.flexbench import FlexBenchEnv
@@ -57,15 +58,14 @@ CALLER = ["Hi, what is this about?", "Yes, I'm the owner.", "We're on Shopify.",
 
 def models(messages):
     """The user model, end detector and judge behind one canned server, by system prompt."""
-    system = messages[0]["content"]
-    if "role-playing" in system:
+    if prompt_kind(messages) == "caller.speak":
         return CALLER[min(sum(m["role"] == "assistant" for m in messages), len(CALLER) - 1)]
-    if "report how the latest exchange" in system:
+    if prompt_kind(messages) == "caller.end":
         return json.dumps({"user_hung_up": False, "assistant_closed": False, "helpful": True})
-    if "audit call transcripts" in system:
+    if prompt_kind(messages) == "judge.dimensions":
         n = messages[-1]["content"].count("<item ")
         return json.dumps({"items": [{"item": i, "label": "yes" if i == 1 else "skipped"} for i in range(1, n + 1)]})
-    raise AssertionError(system[:80])
+    raise AssertionError(messages[0]["content"][:80])
 
 
 def test_flexbench_llm_runs_end_to_end_with_judge_llm_and_writes_the_dimension_report(tmp_path, capsys, monkeypatch):

@@ -19,6 +19,7 @@ from support.flexbench_agents import (
     Policy,
     RuleBreaker,
 )
+from support.prompts import prompt_kind
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.envs.rollout import arollout, rollout
@@ -300,16 +301,15 @@ CALLER_LINES = ["Hi, yes. What's this about?", "Yes, I'm the owner.", "We're on 
 def server_reply(body):
     """The canned model server: plays the caller, the end detector and the judge by their system prompts."""
     messages = body["messages"]
-    system = messages[0]["content"]
-    if "role-playing" in system:
+    if prompt_kind(messages) == "caller.speak":
         spoken = sum(m["role"] == "assistant" for m in messages)  # the caller's own earlier lines
         return CALLER_LINES[min(spoken, len(CALLER_LINES) - 1)]
-    if "report how the latest exchange" in system:
+    if prompt_kind(messages) == "caller.end":
         return json.dumps({"user_hung_up": False, "assistant_closed": False, "helpful": True})
-    if "audit call transcripts" in system:
+    if prompt_kind(messages) == "judge.dimensions":
         n = messages[-1]["content"].count("<item ")
         return json.dumps({"items": [{"item": i, "label": "yes" if i == 1 else "unknown"} for i in range(1, n + 1)]})
-    raise AssertionError(system[:80])
+    raise AssertionError(messages[0]["content"][:80])
 
 
 def test_llm_user_episode_through_a_real_http_server_never_shows_the_dimensions_to_the_user():
@@ -437,16 +437,15 @@ def test_any_user_sop_runs_with_llm_user_llm_judge_and_built_dimensions(tmp_path
     pipeline = pipeline_answerer()
 
     def model(messages):
-        system = messages[0]["content"]
-        if "design callers" in system:
+        if prompt_kind(messages) == "caller.design":
             return json.dumps(
                 {"business_context": "A shop owner.", "goal": "Get paid.", "typical_questions": [], "catchphrases": []}
             )
-        if "role-playing" in system:
+        if prompt_kind(messages) == "caller.speak":
             return "Yes, I'm the one in charge." if len(messages) > 2 else "Hello?"
-        if "report how the latest exchange" in system:
+        if prompt_kind(messages) == "caller.end":
             return json.dumps({"user_hung_up": False, "assistant_closed": False, "helpful": True})
-        if "audit call transcripts" in system:
+        if prompt_kind(messages) == "judge.dimensions":
             n = messages[-1]["content"].count("<item ")
             return json.dumps({"items": [{"item": i, "label": "yes"} for i in range(1, n + 1)]})
         return pipeline(messages)

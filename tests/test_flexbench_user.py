@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.prompts import prompt_kind
 
 from ifgym.errors import BackendError, ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
@@ -426,12 +427,11 @@ def llm_answers(caller_lines, detector="{}"):
     lines = iter(caller_lines)
 
     def answer(messages):
-        system = messages[0]["content"]
-        if "report how the latest exchange" in system:
+        if prompt_kind(messages) == "caller.end":
             return detector
-        if "role-playing" in system:
+        if prompt_kind(messages) == "caller.speak":
             return next(lines)
-        if "design callers" in system:
+        if prompt_kind(messages) == "caller.design":
             return json.dumps(
                 {
                     "business_context": "A shop owner.",
@@ -440,7 +440,7 @@ def llm_answers(caller_lines, detector="{}"):
                     "catchphrases": ["Right."],
                 }
             )
-        raise AssertionError(system[:60])
+        raise AssertionError(messages[0]["content"][:60])
 
     return CannedClient(answer, role="user", model="user-model")
 

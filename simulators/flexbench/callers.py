@@ -304,7 +304,7 @@ class ScriptedUser(FlexBenchUser):
         return _pick(self._rng, profile.fillers)
 
 
-_USER_SYSTEM = (
+CALLER_SYSTEM = (
     "You are role-playing a person who is on a phone call with a company's agent; the agent called you. "
     "You are not an AI assistant and you never say you are one. Stay in character.\n\n"
     "{persona}\n\n{situation}"
@@ -363,7 +363,7 @@ class LLMUser(FlexBenchUser):
         """The user model's system prompt: persona, situation, rules (no SOP text, no dimensions)."""
         situation = self.situation()
         block = ("Facts about your situation:\n" + "\n".join(f"- {s}" for s in situation) + "\n\n") if situation else ""
-        return _USER_SYSTEM.format(persona=self.persona.describe(), situation=block)
+        return CALLER_SYSTEM.format(persona=self.persona.describe(), situation=block)
 
     def generation_messages(self, history: Sequence[Mapping[str, str]]) -> list[Message]:
         """The prompt for the caller's next line; roles are flipped (the agent's words are 'user')."""

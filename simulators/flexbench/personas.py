@@ -423,7 +423,7 @@ _Dialogue = Conversation[Any]
 # Persona delta inference (reads the SOP; never the dimensions)
 # ---------------------------------------------------------------------------------------------
 
-_DELTA_SYSTEM = (
+DELTA_SYSTEM = (
     "You design callers for call-centre training. Given the procedure an agent follows, describe the "
     "kind of person on the other end of the line. Answer with one JSON object only."
 )
@@ -439,7 +439,7 @@ def delta_messages(sop: Sop) -> list[Message]:
         '"typical_questions": ["2 to 4 questions they would ask"], '
         '"catchphrases": ["1 to 3 short phrases they say"]}'
     )
-    return [{"role": "system", "content": _DELTA_SYSTEM}, {"role": "user", "content": body}]
+    return [{"role": "system", "content": DELTA_SYSTEM}, {"role": "user", "content": body}]
 
 
 def parse_delta(text: str) -> PersonaDelta | None:

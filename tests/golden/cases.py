@@ -40,6 +40,7 @@ from ifgym.llm import make_client
 from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, ScriptedPolicy, Truncation
 
 REPO = Path(__file__).resolve().parents[2]
+PACKAGE = Path(ifgym.__file__).parent  # the checkout, or a link to it named ifgym (a worktree on PYTHONPATH)
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TIME_KEYS = frozenset({"seconds", "seconds_per_turn"})  # wall time of a policy's turn (policy_trace)
 DATA = REPO / "tests" / "data"
@@ -268,7 +269,7 @@ def normalise(value: Any, urls: dict[str, str] | None = None) -> Any:
     if isinstance(value, str):
         for url, placeholder in urls.items():
             value = value.replace(url, placeholder)
-        return value.replace(str(REPO), "<repo>")
+        return value.replace(str(PACKAGE), "<repo>").replace(str(REPO), "<repo>")
     return value
 
 

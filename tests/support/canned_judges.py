@@ -15,6 +15,8 @@ import json
 import re
 from typing import Any
 
+from support.prompts import prompt_kind
+
 from ifgym.rewards.audit import AXIS_CONSTRAINTS, load_gold, probes
 
 GOLD = load_gold()
@@ -109,28 +111,35 @@ def _dimensions(messages: list[dict[str, str]], say_yes: bool = False) -> str:
     return json.dumps({"items": items})
 
 
+def judge_kind(messages: list[dict[str, str]]) -> str | None:
+    """Which ifgym judge asks ("blind", "rating", "checklist", "dimensions"), None for any other prompt."""
+    kind = prompt_kind(messages)
+    return kind.removeprefix("judge.") if kind and kind.startswith("judge.") else None
+
+
+def _known_kind(messages: list[dict[str, str]]) -> str:
+    kind = judge_kind(messages)
+    if kind is None:
+        raise AssertionError(f"not a judge prompt of ifgym's: {messages[0]['content'][:80]!r}")
+    return kind
+
+
 def oracle(messages: list[dict[str, str]]) -> str:
     """Answer any judge prompt of the gold set perfectly (see the module docstring)."""
-    system = messages[0]["content"]
-    if system.startswith("You classify"):
-        return _blind(messages)
-    if "<transcript>" in messages[-1]["content"]:
-        return _dimensions(messages)
-    if system.startswith("You check whether"):
-        return _checklist(messages)
-    return _rating(messages)
+    answer = {"blind": _blind, "rating": _rating, "checklist": _checklist, "dimensions": _dimensions}
+    return answer[_known_kind(messages)](messages)
 
 
 def yes_sayer(messages: list[dict[str, str]]) -> str:
     """Say yes to everything: score 10, Yes, label yes; blind questions get each axis's first label."""
-    system = messages[0]["content"]
-    if system.startswith("You classify"):
+    kind = _known_kind(messages)
+    if kind == "blind":
         keys = re.findall(r'"(\w+)"', messages[-1]["content"].rsplit("Return only", 1)[1])
         first = {"emotion": "happy", "reader_age": "child", "register": "formal", "voice": "active"}
         return json.dumps({k: first[k] for k in keys})
-    if "<transcript>" in messages[-1]["content"]:
+    if kind == "dimensions":
         return _dimensions(messages, say_yes=True)
-    if system.startswith("You check whether"):
+    if kind == "checklist":
         return _checklist(messages, say_yes=True)
     n = len(re.findall(r"<item \d+>", messages[-1]["content"]))
     return json.dumps({"scores": [{"item": i, "score": 10} for i in range(1, n + 1)]})
@@ -144,6 +153,8 @@ def gold_or(other: Any) -> Any:
 
     def answer(given: Any) -> str:
         messages = given["messages"] if isinstance(given, dict) else given
+        if judge_kind(messages) is None:
+            return other(messages)
         try:
             return oracle(messages)
         except NotGold:

@@ -10,19 +10,17 @@ import json
 import re
 from collections.abc import Callable
 
+from support.prompts import known_kind
+
 Messages = list[dict[str, str]]
 
 
 def call_kind(messages: Messages) -> str:
-    """'generate', 'topic' or 'checklist', from the renderer's system prompt."""
-    system = messages[0]["content"]
-    if "play the user" in system:
-        return "generate"
-    if "yes or no" in system:
-        return "topic"
-    if "JSON" in system:
-        return "checklist"
-    raise AssertionError(f"not a renderer prompt: {system[:80]!r}")
+    """'generate', 'topic' or 'checklist': which of the renderer's calls this is (see support.prompts)."""
+    kind = known_kind(messages)
+    if not kind.startswith("user."):
+        raise AssertionError(f"not a renderer prompt: {messages[0]['content'][:80]!r}")
+    return kind.removeprefix("user.")
 
 
 def requirement_count(messages: Messages) -> int:
