@@ -3,7 +3,11 @@
 It uses nothing of `simulators/`: scoring does not depend on the user simulator. The vocabulary it
 scores (constraints and their catalog, StructFlow's item types and weights) is `ifgym.core`'s; the
 catalog's names are re-exported here. Import public names from here
-(`from ifgym.rewards import Constraint, check, from_evolif, summarize`).
+(`from ifgym.rewards import Constraint, check, from_evolif, StructFlowScorer`). Each task's scorer and judge:
+EvolIF `EvolIFScorer`/`EvolIFJudge` (metrics: `summarize`, `group_pass_rates`, `survival_curve` are EvolIF's),
+StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.structflow.summarize`), FlexBench
+`FlexBenchScorer`/`LLMDimensionJudge`/`DimensionSet` (the rest in `ifgym.rewards.flexbench`). An env's own
+`summarize` always gives its task's metrics.
 """
 
 from ifgym import lazy_submodules
@@ -14,8 +18,10 @@ from ifgym.rewards.evolif_compat import evolif_check
 from ifgym.rewards.evolif_judge import EvolIFJudge
 from ifgym.rewards.evolif_metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scores
+from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
 from ifgym.rewards.trl import ChecklistReward, ConstraintReward, EpisodeReturn, FlexBenchReward, TurnReward
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
@@ -26,15 +32,20 @@ __all__ = [
     "REGISTRY",
     "RULE_GROUPS",
     "SEMANTICS",
+    "ChecklistJudge",
     "ChecklistReward",
     "Constraint",
     "ConstraintReward",
+    "DimensionSet",
     "EvolIFJudge",
     "EpisodeReturn",
     "FlexBenchReward",
+    "FlexBenchScorer",
+    "LLMDimensionJudge",
     "Patience",
     "EvolIFScorer",
     "Scores",
+    "StructFlowScorer",
     "check",
     "conflicts",
     "evolif_check",
