@@ -213,7 +213,7 @@ def is_forbidden(module: str) -> bool:
 
 POLICY_FILES = sorted((Path(ifgym.__file__).parent / "policies").glob("*.py"))
 # policies import ifgym.llm, so it must stay clean too
-CHECKED_FILES = [*POLICY_FILES, Path(ifgym.__file__).parent / "llm.py"]
+CHECKED_FILES = [*POLICY_FILES, *sorted((Path(ifgym.__file__).parent / "llm").glob("*.py"))]
 
 
 def test_policy_package_has_files_to_check():

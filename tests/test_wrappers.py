@@ -214,7 +214,7 @@ def test_split_transcript():
     ]
 
 
-# -- token counts (llm.py) -----------------------------------------------------------------------
+# -- token counts (ifgym.llm) ---------------------------------------------------------------------
 
 
 def test_canned_client_counts_words_and_http_has_no_tokenizer():

@@ -1,0 +1,213 @@
+"""`LLMClient`, the one client for every model call, and `make_client`.
+
+A client serves one role (policy, user, judge): its own concurrency limit and usage counter. It
+validates and cleans the messages, sends them to its backend (HTTP or embedded), and counts, cleans
+and cuts the reply into a Completion; every call is also counted in the running episode's usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ifgym.errors import ConfigError, NoChoicesError, ReplyTooLongError
+from ifgym.llm.config import LLMConfig, config_from_mapping, gen_params
+from ifgym.llm.conversation import _EPISODE_USAGE, Completion, Message, Usage, clean_surrogates, validate_messages
+from ifgym.llm.embedded import EmbeddedBackend
+from ifgym.llm.http import HTTPBackend, ServerReply
+
+
+class LLMClient:
+    """A chat model for one role (policy, user or judge): sync + async, concurrency limit, usage.
+
+    With `config.base_url` it talks to an OpenAI-compatible server through the `openai` package
+    (whose own retry machinery handles 408/409/429/5xx and `retry-after`); without it, it runs the
+    embedded llama.cpp model in process. Every failure is a BackendError that names the fix.
+    """
+
+    def __init__(self, config: LLMConfig, role: str = "policy"):
+        if not isinstance(config, LLMConfig):
+            raise ConfigError(f"LLMClient needs an LLMConfig (or use make_client with a mapping); got {config!r}")
+        if not isinstance(role, str) or not role.strip():
+            raise ConfigError(f"role must be a non-empty string such as 'policy', 'user' or 'judge'; got {role!r}")
+        self.config = config
+        self.role = role
+        self.usage = Usage()
+        self._usage_lock = threading.Lock()
+        self._sync_limit = threading.BoundedSemaphore(config.concurrency)
+        # asyncio primitives belong to one event loop: one semaphore (and async HTTP client) per loop.
+        self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, Any]]
+        self._per_loop = weakref.WeakKeyDictionary()
+        self._per_loop_lock = threading.Lock()
+        self._embedded: EmbeddedBackend | None = None
+        self._http: HTTPBackend | None = None
+        if config.base_url is None:
+            self._embedded = EmbeddedBackend(config.embedded_model, n_ctx=config.n_ctx, n_threads=config.n_threads)
+            self.model = self._embedded.name
+        else:
+            self._http = HTTPBackend(config, self._tally)
+            self.model = config.model
+
+    def __deepcopy__(self, memo: dict) -> LLMClient:
+        # A client is a handle on a shared resource (server, model, usage counter); gym.make deep-copies
+        # env kwargs, and every copy must keep talking through the same client.
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
+        return (LLMClient, (self.config, self.role))
+
+    def __repr__(self) -> str:
+        where = self.config.base_url or f"embedded:{self.model}"
+        return f"LLMClient(role={self.role!r}, model={self.model!r}, at={where!r})"
+
+    @property
+    def backend(self) -> str:
+        """'http' or 'embedded'."""
+        return "embedded" if self._embedded is not None else "http"
+
+    def describe(self) -> dict[str, Any]:
+        """Return the configuration for logging: every LLMConfig field plus role and backend, never a key."""
+        cfg = dataclasses.asdict(self.config)
+        return {"role": self.role, "backend": self.backend, **cfg, "model": self.model}
+
+    # -- public calls ---------------------------------------------------------------------------
+
+    def chat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """One chat completion; `overrides` may set temperature, top_p, max_tokens, seed."""
+        msgs = self._clean(validate_messages(messages))
+        params = gen_params(self.config, overrides)
+        with self._sync_limit:
+            if self._embedded is not None:
+                out = self._embedded.create_chat_completion(msgs, **params, **self.config.extra)
+                return self._from_embedded(out)
+            return self._from_server(self._http.chat(msgs, params))
+
+    async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """Async twin of chat; at most `config.concurrency` calls of this client run at once per loop."""
+        msgs = self._clean(validate_messages(messages))
+        params = gen_params(self.config, overrides)
+        sem, aclient = self._loop_state()
+        async with sem:
+            if self._embedded is not None:
+                out = await asyncio.to_thread(
+                    self._embedded.create_chat_completion, msgs, **params, **self.config.extra
+                )
+                return self._from_embedded(out)
+            return self._from_server(await self._http.achat(aclient, msgs, params))
+
+    def count_tokens(self, messages: list[Message]) -> int | None:
+        """Prompt tokens of `messages` for this client's model, or None where no tokenizer is at hand.
+
+        Embedded backend: llama.cpp's tokenizer over the model's chat template (the count its
+        completions report). HTTP: None. The OpenAI API has no tokenizer endpoint, so a server's
+        count is the `usage.prompt_tokens` of each response (`Completion.prompt_tokens`); callers use
+        that and fall back to an estimate only when a response carried no usage.
+        """
+        msgs = validate_messages(messages)
+        if self._embedded is None:
+            return None
+        return self._embedded.count_tokens(msgs)
+
+    def close(self) -> None:
+        """Close the sync HTTP connection pool (async pools close with their event loop)."""
+        if self._http is not None:
+            self._http.close()
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _clean(self, msgs: list[Message]) -> list[Message]:
+        """Messages with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted."""
+        out = []
+        for m in msgs:
+            content, n = clean_surrogates(m["content"])
+            if n:
+                self._tally(lambda u: u.bump(cleaned=1))
+            out.append({"role": m["role"], "content": content})
+        return out
+
+    def _tally(self, update: Callable[[Usage], None]) -> None:
+        """Apply `update` to this client's usage and to the running episode's usage of this role."""
+        episode = _EPISODE_USAGE.get()
+        with self._usage_lock:
+            update(self.usage)
+            if episode is not None:
+                update(episode.setdefault(self.role, Usage()))
+
+    def _count(self, prompt: int | None, completion: int | None) -> None:
+        self._tally(lambda u: u.add_reported(prompt, completion))
+
+    def _reply(self, text: str, prompt: int | None, completion: int | None, **fields: Any) -> Completion:
+        """The Completion of one answered call: counted, surrogates cleaned, cut at `max_reply_chars`."""
+        text, cleaned = clean_surrogates(text)
+        truncated = len(text) > self.config.max_reply_chars
+        if truncated and self.config.long_reply == "fail":
+            self._count(prompt, completion)
+            raise ReplyTooLongError(
+                f"{self.role} model {self.model!r} replied {len(text):,} characters, more than max_reply_chars="
+                f"{self.config.max_reply_chars:,}; raise max_reply_chars, lower max_tokens, or set "
+                "long_reply=truncate to cut such replies (counted in usage)"
+            )
+        if truncated:
+            text = text[: self.config.max_reply_chars]
+        self._count(prompt, completion)
+        if cleaned or truncated:
+            self._tally(lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated)))
+        reported = prompt is not None or completion is not None
+        return Completion(
+            text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
+        )
+
+    def _from_server(self, reply: ServerReply) -> Completion:
+        return self._reply(
+            reply.text,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            model=reply.model,
+            finish_reason=reply.finish_reason,
+            retries=reply.retries,
+        )
+
+    def _from_embedded(self, out: Mapping[str, Any]) -> Completion:
+        choices = out.get("choices") or []
+        if not choices:
+            raise NoChoicesError(f"embedded model {self.model!r} returned no choices")
+        usage = out.get("usage") or {}
+        choice = choices[0]
+        text = (choice.get("message") or {}).get("content") or ""
+        return self._reply(
+            text,
+            usage.get("prompt_tokens"),
+            usage.get("completion_tokens"),
+            model=self.model,
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def _loop_state(self) -> tuple[asyncio.Semaphore, Any]:
+        loop = asyncio.get_running_loop()
+        with self._per_loop_lock:
+            state = self._per_loop.get(loop)
+            if state is None:
+                aclient = self._http.async_client() if self._http is not None else None
+                state = (asyncio.Semaphore(self.config.concurrency), aclient)
+                self._per_loop[loop] = state
+        return state
+
+
+def make_client(config: LLMConfig | Mapping[str, Any], role: str = "policy") -> LLMClient:
+    """Build an LLMClient from an LLMConfig or a mapping of its fields (unknown keys → ConfigError)."""
+    if isinstance(config, LLMConfig):
+        return LLMClient(config, role)
+    if isinstance(config, Mapping):
+        return LLMClient(config_from_mapping(config), role)
+    raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")

@@ -1,0 +1,131 @@
+"""How to reach a model: `LLMConfig`, its field checks, and the generation settings of one call."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ifgym.errors import ConfigError, did_you_mean
+from ifgym.llm.models import EMBEDDED_MODELS
+
+# Generation settings a single call may override; everything else is fixed per client.
+GEN_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+# Sent when no API key is configured: local OpenAI-compatible servers ignore the key.
+PLACEHOLDER_API_KEY = "not-needed-for-local-servers"
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# name -> (is the value acceptable?, what is expected). One table for config fields and overrides.
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "base_url": (
+        lambda v: v is None or (isinstance(v, str) and v.startswith(("http://", "https://"))),
+        "None (embedded model) or an http(s) URL such as 'http://127.0.0.1:8000/v1'",
+    ),
+    "model": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty model name"),
+    "api_key_env": (
+        lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+        "None or the name of an environment variable (e.g. 'OPENAI_API_KEY')",
+    ),
+    "temperature": (lambda v: _is_number(v) and v >= 0, "a number >= 0"),
+    "top_p": (lambda v: v is None or (_is_number(v) and 0 < v <= 1), "None or a number in (0, 1]"),
+    "max_tokens": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "seed": (lambda v: v is None or _is_int(v), "None or an integer"),
+    "timeout": (lambda v: _is_number(v) and v > 0, "a number of seconds > 0"),
+    "max_retries": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "concurrency": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "max_reply_chars": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "long_reply": (lambda v: v in ("truncate", "fail"), "'truncate' (cut and count it) or 'fail' (the episode fails)"),
+    "embedded_model": (
+        lambda v: isinstance(v, str) and v.strip() != "",
+        f"one of {', '.join(EMBEDDED_MODELS)} or a path to a .gguf file",
+    ),
+    "n_ctx": (lambda v: _is_int(v) and v >= 64, "an integer >= 64"),
+    "n_threads": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an integer >= 1"),
+    "extra": (lambda v: isinstance(v, Mapping), "a mapping of extra request fields"),
+}
+
+
+def check_field(name: str, value: object) -> None:
+    """Raise ConfigError naming the field, what it must be and the value given, unless `value` fits `name`."""
+    ok, expected = _CHECKS[name]
+    if not ok(value):
+        raise ConfigError(f"LLMConfig.{name} must be {expected}; got {value!r}")
+
+
+@dataclass
+class LLMConfig:
+    """How to reach a model. No base_url → the embedded llama.cpp backend.
+
+    The API key is never stored here: `api_key_env` names the environment variable that holds it.
+    `timeout` and `max_retries` go to the OpenAI client (HTTP path only); it retries 408/409/429/5xx
+    and connection errors with exponential backoff, honouring `retry-after` / `retry-after-ms`.
+    `extra` is sent as additional request fields (HTTP: `extra_body`; embedded: keyword arguments
+    of `Llama.create_chat_completion`, e.g. `top_k`). A reply longer than `max_reply_chars` is cut
+    there and counted (`long_reply="truncate"`) or raises ReplyTooLongError (`"fail"`).
+    """
+
+    base_url: str | None = None
+    model: str = "qwen2.5-coder-1.5b-instruct"
+    api_key_env: str | None = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_tokens: int = 512
+    seed: int | None = None
+    timeout: float = 60.0
+    max_retries: int = 4
+    concurrency: int = 4
+    max_reply_chars: int = 100_000
+    long_reply: str = "truncate"
+    # embedded backend only
+    embedded_model: str = "qwen2.5-coder-1.5b"  # or "smollm2-135m" (fast, weak; for tests), or a .gguf path
+    n_ctx: int = 8192
+    n_threads: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            check_field(f.name, getattr(self, f.name))
+        clash = sorted(set(self.extra) & {*GEN_KEYS, "model", "messages"})
+        if clash:
+            raise ConfigError(f"LLMConfig.extra must not set {', '.join(clash)}: use the field(s) of that name")
+
+
+LLM_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LLMConfig))
+
+
+def config_from_mapping(data: Mapping[str, Any]) -> LLMConfig:
+    """Build an LLMConfig from a mapping (YAML, Hydra, kwargs); unknown keys → ConfigError."""
+    data = dict(data)
+    for key in data:
+        if key not in LLM_CONFIG_FIELDS:
+            raise ConfigError(
+                f"unknown LLMConfig field {key!r}.{did_you_mean(str(key), LLM_CONFIG_FIELDS)} "
+                f"Allowed: {', '.join(LLM_CONFIG_FIELDS)}"
+            )
+    if isinstance(data.get("extra"), Mapping):
+        data["extra"] = dict(data["extra"])  # e.g. an OmegaConf DictConfig
+    if "concurrency" in data and data["concurrency"] is None:  # null: the caller's default (ifgym eval: the run's)
+        del data["concurrency"]
+    return LLMConfig(**data)
+
+
+def gen_params(config: LLMConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge config values and per-call overrides into one call's generation settings (None dropped)."""
+    for key, value in overrides.items():
+        if key not in GEN_KEYS:
+            raise ConfigError(
+                f"unknown generation override {key!r}.{did_you_mean(key, GEN_KEYS)} Allowed: {', '.join(GEN_KEYS)}"
+            )
+        check_field(key, value)
+    params = {k: getattr(config, k) for k in GEN_KEYS} | dict(overrides)
+    return {k: v for k, v in params.items() if v is not None}

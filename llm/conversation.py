@@ -1,0 +1,257 @@
+"""What flows through a model call, whatever the backend: messages, completions, usage, conversations.
+
+`Usage` and `count_episode_usage` count calls and tokens (per client, and per episode by role);
+`converse`/`aconverse` drive a `Conversation` (one generator for sync and async use);
+`CannedClient` is the test double every room can use in place of a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import re
+import threading
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ifgym.errors import DataFormatError, did_you_mean
+
+Message = dict[str, str]
+
+_T = TypeVar("_T")
+_Request = TypeVar("_Request")
+_Answer = TypeVar("_Answer")
+
+# A conversation with a model, written once for sync and async use: a generator that yields the
+# messages of each call, receives the model's text through send(), and returns its result.
+Conversation = Generator[list[Message], str, _T]
+
+ROLES_IN_MESSAGES = ("system", "user", "assistant")
+
+
+@dataclass
+class Usage:
+    """Running totals for one client (one role).
+
+    `missing_usage` counts calls whose response carried no token counts (counted as 0 tokens);
+    `retries` the HTTP requests sent again after a failed attempt (by the openai client's retry
+    machinery), failed calls included; `cleaned` the replies and messages whose lone surrogates
+    were replaced; `truncated` the replies cut at `max_reply_chars`.
+    """
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    missing_usage: int = 0
+    retries: int = 0
+    cleaned: int = 0
+    truncated: int = 0
+
+    def add(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Count one call and its tokens."""
+        self.calls += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+
+    def add_missing(self) -> None:
+        """Count one call whose response reported no usage."""
+        self.calls += 1
+        self.missing_usage += 1
+
+    def add_reported(self, prompt_tokens: int | None, completion_tokens: int | None) -> None:
+        """Count one call from the token counts its response reported (both None: it reported none)."""
+        if prompt_tokens is None and completion_tokens is None:
+            self.add_missing()
+        else:
+            self.add(prompt_tokens or 0, completion_tokens or 0)
+
+    def bump(self, **counts: int) -> None:
+        """Add to the named counters, e.g. `bump(retries=2)`."""
+        for name, n in counts.items():
+            setattr(self, name, getattr(self, name) + n)
+
+    def to_json(self) -> dict[str, int]:
+        """Return the totals as a plain dict (for logs and `Policy.usage`)."""
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "missing_usage": self.missing_usage,
+            "retries": self.retries,
+            "cleaned": self.cleaned,
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One chat completion: the text and what it cost.
+
+    `usage_reported` is False when the backend sent no token counts (then both counts are 0 and
+    callers that need a number use `count_tokens` or an estimate). `retries` counts the HTTP
+    requests sent again for this call; `cleaned` is the number of lone surrogates replaced in the
+    text (U+FFFD); `truncated` says the text was cut at `max_reply_chars`.
+    """
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model: str = ""
+    finish_reason: str | None = None
+    usage_reported: bool = True
+    retries: int = 0
+    cleaned: int = 0
+    truncated: bool = False
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_surrogates(text: str) -> tuple[str, int]:
+    """`text` with every lone surrogate (unencodable as UTF-8) replaced by U+FFFD, and how many were replaced."""
+    return _SURROGATE.subn("\ufffd", text)
+
+
+# The usage of the episode in progress, by role (set by the runner around each episode; see count_episode_usage).
+_EPISODE_USAGE: contextvars.ContextVar[dict[str, Usage] | None] = contextvars.ContextVar(
+    "ifgym_episode_usage", default=None
+)
+
+
+@contextlib.contextmanager
+def count_episode_usage() -> Iterator[dict[str, Usage]]:
+    """Count every client call made inside the block (and in the tasks and threads it starts) by role.
+
+    The runner wraps each episode in it, so an episode's record carries the calls, tokens and
+    retries of its policy, user and judge, and a run's usage is the sum over its records.
+    """
+    usage: dict[str, Usage] = {}
+    token = _EPISODE_USAGE.set(usage)
+    try:
+        yield usage
+    finally:
+        _EPISODE_USAGE.reset(token)
+
+
+def word_count(messages: Sequence[Mapping[str, str]]) -> int:
+    """Whitespace-separated words over the messages' contents: the token estimate of last resort."""
+    return sum(len(str(m.get("content", "")).split()) for m in messages)
+
+
+def validate_messages(messages: object) -> list[Message]:
+    """Check a chat transcript and return it as a list of plain dicts.
+
+    Raises DataFormatError naming the first bad message: the list must be non-empty and every
+    item a mapping with `role` in system/user/assistant and a string `content`.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise DataFormatError(
+            f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.200}"
+        )
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise DataFormatError(f"messages[{i}] must be a dict with 'role' and 'content', got {m!r:.200}")
+        role, content = m.get("role"), m.get("content")
+        if role not in ROLES_IN_MESSAGES:
+            raise DataFormatError(
+                f"messages[{i}] has role {role!r}; allowed: {', '.join(ROLES_IN_MESSAGES)}."
+                + did_you_mean(str(role), ROLES_IN_MESSAGES)
+            )
+        if not isinstance(content, str):
+            raise DataFormatError(f"messages[{i}] content must be a string, got {type(content).__name__}")
+        out.append({"role": role, "content": content})
+    return out
+
+
+def converse(conversation: Generator[_Request, _Answer, _T], call: Callable[[_Request], _Answer]) -> _T:
+    """Run `conversation` to its end with blocking calls and return its result.
+
+    Each request it yields (for a `Conversation`, the messages of the next model call) goes to
+    `call`, and the answer is sent back in. The call stays outside the `try`: a StopIteration
+    escaping a client must propagate, not pass for the conversation's own end.
+    """
+    try:
+        request = next(conversation)
+    except StopIteration as done:
+        return done.value
+    while True:
+        answer = call(request)
+        try:
+            request = conversation.send(answer)
+        except StopIteration as done:
+            return done.value
+
+
+async def aconverse(
+    conversation: Generator[_Request, _Answer, _T], acall: Callable[[_Request], Awaitable[_Answer]]
+) -> _T:
+    """Async twin of `converse`: each call is awaited (also kept outside the `try`, for the same reason)."""
+    try:
+        request = next(conversation)
+    except StopIteration as done:
+        return done.value
+    while True:
+        answer = await acall(request)
+        try:
+            request = conversation.send(answer)
+        except StopIteration as done:
+            return done.value
+
+
+class CannedClient:
+    """Test double for LLMClient: answers from a list (cycled) or a function of the messages.
+
+    Stands in for a model server in unit tests and dry runs; same interface as LLMClient.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[str] | Callable[[list[Message]], str],
+        *,
+        role: str = "policy",
+        model: str = "canned",
+    ):
+        if isinstance(replies, str) or (not callable(replies) and not replies):
+            raise ValueError("CannedClient needs a non-empty list of replies or a function messages -> str")
+        self._replies = replies
+        self._next = 0
+        self._lock = threading.Lock()
+        self.role = role
+        self.model = model
+        self.usage = Usage()
+        self.requests: list[list[Message]] = []
+
+    def chat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """Return the next canned reply."""
+        with self._lock:
+            self.requests.append([dict(m) for m in messages])
+            if callable(self._replies):
+                text = self._replies(messages)
+            else:
+                text = self._replies[self._next % len(self._replies)]
+                self._next += 1
+            prompt = word_count(messages)
+            completion = len(text.split())
+            self.usage.add(prompt, completion)
+        return Completion(text, prompt, completion, self.model, "stop")
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        """Whitespace words of the messages: the same unit this double reports as usage."""
+        return word_count(validate_messages(messages))
+
+    async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """Async twin of chat (answers at once)."""
+        await asyncio.sleep(0)
+        return self.chat(messages, **overrides)
+
+    def __deepcopy__(self, memo: dict) -> CannedClient:
+        # A client is a handle on a shared resource (server, model, usage counter); gym.make deep-copies
+        # env kwargs, and every copy must keep talking through the same client.
+        return self
+
+    def describe(self) -> dict[str, Any]:
+        """Describe this client for logs."""
+        return {"role": self.role, "backend": "canned", "model": self.model}

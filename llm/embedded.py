@@ -1,0 +1,156 @@
+"""The embedded backend: a llama.cpp model in this process, loaded once and shared by every client.
+
+`llama_cpp` is imported on the first call, never at import time.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import threading
+from pathlib import Path
+from typing import Any
+
+from ifgym.errors import BackendError
+from ifgym.llm.config import check_field
+from ifgym.llm.conversation import Message
+from ifgym.llm.models import EMBEDDED_MODELS, QWEN_NAME, resolve_embedded_model
+
+LLAMA_CPP_INSTALL = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON '
+    '-DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF -DGGML_AVX_VNNI=OFF" '
+    "pip install --no-cache-dir llama-cpp-python==0.3.36"
+)
+
+# One loaded model per (file, n_ctx) per process, shared by every client; each has its own lock
+# because a llama.cpp context must not be used from two threads at once.
+_LLAMAS: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
+_LLAMAS_LOCK = threading.Lock()
+
+
+def _close_llamas() -> None:
+    """Free loaded models at exit, while llama_cpp's module globals still exist.
+
+    Left to the garbage collector during interpreter teardown, Llama.__del__ fails noisily.
+    """
+    with _LLAMAS_LOCK:
+        for llama, lock in _LLAMAS.values():
+            with lock:
+                llama.close()
+        _LLAMAS.clear()
+
+
+def _require_llama_cpp() -> None:
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise BackendError(f"the embedded backend needs llama-cpp-python; install it with:\n  {LLAMA_CPP_INSTALL}")
+
+
+class EmbeddedBackend:
+    """A llama.cpp model in this process, shared by all clients that name the same file and n_ctx.
+
+    The model file is resolved and loaded on first use (so building an env stays cheap); calls are
+    serialised with a per-model lock. `embedded_model` is "qwen2.5-coder-1.5b", "smollm2-135m" or
+    a path to a .gguf file.
+    """
+
+    def __init__(
+        self,
+        embedded_model: str = QWEN_NAME,
+        *,
+        n_ctx: int = 8192,
+        n_threads: int | None = None,
+        cache_dir: Path | str | None = None,
+    ):
+        _require_llama_cpp()
+        known = embedded_model in EMBEDDED_MODELS
+        if not known and Path(embedded_model).suffix != ".gguf":
+            resolve_embedded_model(embedded_model)  # raises the ConfigError with a suggestion
+        check_field("n_ctx", n_ctx)
+        check_field("n_threads", n_threads)
+        self.embedded_model = embedded_model
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.cache_dir = cache_dir
+        self._slot: tuple[Any, threading.Lock] | None = None
+
+    @property
+    def name(self) -> str:
+        """A short model name for logs and verdict sources."""
+        known = self.embedded_model in EMBEDDED_MODELS
+        return self.embedded_model if known else Path(self.embedded_model).stem
+
+    def load(self) -> Any:
+        """Resolve the model file and load it (once per process); returns the llama_cpp.Llama."""
+        return self._model_and_lock()[0]
+
+    def _model_and_lock(self) -> tuple[Any, threading.Lock]:
+        if self._slot is None:
+            path = resolve_embedded_model(self.embedded_model, self.cache_dir).resolve()
+            key = (str(path), self.n_ctx)
+            with _LLAMAS_LOCK:
+                if key not in _LLAMAS:
+                    if not _LLAMAS:
+                        atexit.register(_close_llamas)
+                    _LLAMAS[key] = (self._load_llama(path), threading.Lock())
+                self._slot = _LLAMAS[key]
+        return self._slot
+
+    def _load_llama(self, path: Path) -> Any:
+        try:
+            import llama_cpp
+        except ImportError as exc:  # installed but broken (e.g. built for another CPU)
+            raise BackendError(
+                f"llama_cpp failed to import ({exc}); reinstall it with:\n  {LLAMA_CPP_INSTALL}"
+            ) from exc
+        try:
+            return llama_cpp.Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads, verbose=False)
+        except ValueError as exc:
+            raise BackendError(f"llama.cpp could not load {path} ({exc}); is it a valid .gguf file?") from exc
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        """Prompt tokens of `messages` as this model would see them: its chat template, then its tokenizer.
+
+        The template is the one stored in the gguf (what llama.cpp applies to chats); a model file
+        without one falls back to the sum of the contents' tokens.
+        """
+        llama, lock = self._model_and_lock()
+        with lock:
+            template = llama.metadata.get("tokenizer.chat_template")
+            if not template:
+                return sum(len(llama.tokenize(m["content"].encode(), add_bos=False)) for m in messages)
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            def token_text(token: int) -> str:
+                return llama._model.token_get_text(token) if token != -1 else ""
+
+            formatter = Jinja2ChatFormatter(
+                template=template, eos_token=token_text(llama.token_eos()), bos_token=token_text(llama.token_bos())
+            )
+            rendered = formatter(messages=messages)
+            return len(llama.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True))
+
+    def create_chat_completion(
+        self,
+        messages: list[Message],
+        *,
+        temperature: float = 0.0,
+        top_p: float | None = None,
+        max_tokens: int = 512,
+        seed: int | None = None,
+        **extra: Any,
+    ) -> dict[str, Any]:
+        """Run one chat completion; returns llama.cpp's OpenAI-shaped response dict."""
+        llama, lock = self._model_and_lock()
+        kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, **extra}
+        if top_p is not None:
+            kwargs["top_p"] = top_p
+        if seed is not None:
+            kwargs["seed"] = seed
+        with lock:
+            try:
+                return llama.create_chat_completion(messages=messages, **kwargs)
+            except ValueError as exc:  # llama_cpp reports prompt-too-long and friends as ValueError
+                raise BackendError(
+                    f"embedded model {self.name!r} failed: {exc}. If the prompt is too long, raise n_ctx "
+                    f"(now {self.n_ctx})."
+                ) from exc
