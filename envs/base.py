@@ -1,34 +1,41 @@
 """The dialogue env every ifgym task shares: a simulated user speaks, the policy replies, a scorer judges.
 
-Subclasses build a `UserSimulator` and a `Scorer`; this class owns the turn loop, the spaces, the
-reward, the patience meter, the episode record and the sync/async step.
+Subclasses build a `UserSimulator`, a `TurnScorer` and (unless the default `VerdictRubric` serves)
+a `Rubric`; this class owns the one turn loop, the spaces, the episode record and the sync/async step.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from ifgym.core import Episode, TurnRecord, UserTurn
+from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
 from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
-from ifgym.rewards.rubric import Patience, TurnOutcome, turn_outcome
-from ifgym.rewards.scorer import Scores, TurnScorer
+from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
+from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator
 
 
 class ChatEnv(gym.Env[list, str]):
-    """Base class of the dialogue envs (see EvolIFEnv for the full docstring of the protocol)."""
+    """Base class of the dialogue envs (see EvolIFEnv for the full docstring of the protocol).
+
+    A step scores the reply, grades it with the rubric, asks the rubric whether the dialogue ends
+    and otherwise lets the user speak. `user_sees_verdicts=False` passes the user no verdicts and
+    scores the reply after the user has answered, so the rubric can score only the turns it needs
+    (the last one, when `judges` says so).
+    """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     env_name = "ifgym/Chat"
     headline_metrics: tuple[str, ...] = METRICS_HEADLINE  # keys of `summarize` that get bootstrap intervals
+    user_sees_verdicts = True
 
     def __init_subclass__(cls, **kwargs: Any):
         """Give every env's constructor a did-you-mean for misspelt keyword arguments (gym.make passes them on)."""
@@ -59,26 +66,20 @@ class ChatEnv(gym.Env[list, str]):
         max_turns: int | None = 20,
         reward: str = "fraction",
         reward_weights: Mapping[str, float] | None = None,
+        rubric: Rubric | None = None,
         system_prompt: str | None = None,
         max_reply_chars: int = 100_000,
         render_mode: str | None = None,
     ):
+        """`patience`, `reward` and `reward_weights` make the default `VerdictRubric`; `rubric` replaces it."""
         if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1):
             raise ConfigError(f"max_turns must be a positive int or None, got {max_turns!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        turn_outcome([], [], reward)  # validates the mode name now, not at the first step
-        if reward_weights and reward != "weighted":
-            raise ConfigError(f"reward_weights only apply with reward='weighted' (got reward={reward!r})")
-        for label, weight in (reward_weights or {}).items():
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
-                raise ConfigError(f"reward_weights[{label!r}] must be a number >= 0, got {weight!r}")
+        self.rubric = rubric if rubric is not None else VerdictRubric(reward, reward_weights, patience)
         self.user = user
         self.scorer = scorer
-        self.patience = Patience(patience)
         self.max_turns = max_turns
-        self.reward_mode = reward
-        self.reward_weights = dict(reward_weights or {})
         self.system_prompt = system_prompt
         self.render_mode = render_mode
         self.action_space = ReplySpace(max_reply_chars)
@@ -87,6 +88,11 @@ class ChatEnv(gym.Env[list, str]):
         self._turn: UserTurn | None = None
         self._episode: Episode | None = None
         self._done = True
+
+    @property
+    def patience(self) -> Patience:
+        """The rubric's patience meter (off for a rubric that keeps none)."""
+        return self.rubric.patience
 
     # --- public record -------------------------------------------------------------------------
     @property
@@ -103,7 +109,7 @@ class ChatEnv(gym.Env[list, str]):
         prompt = self.system_prompt or self.user.system_prompt
         if prompt:
             self._messages.append({"role": "system", "content": prompt})
-        self.patience.reset()
+        self.rubric.reset()
         self.scorer.reset()
         self._episode = Episode(episode_id=f"seed-{seed}", env_id=self.env_name, seed=seed, system_prompt=prompt)
         self._done = False
@@ -121,8 +127,12 @@ class ChatEnv(gym.Env[list, str]):
             "move": spec.move,
             "change": spec.change,
             "constraints": [c.to_json() for c in spec.constraints],
-            "patience": self.patience.value,
+            "patience": self._patience(),
         }
+
+    def _patience(self) -> int | None:
+        """The patience the step info and turn record report: the rubric's (an env whose user keeps one overrides)."""
+        return self.patience.value
 
     _seeds: np.random.Generator | None = None  # the seed sequence of resets without a seed
 
@@ -141,19 +151,34 @@ class ChatEnv(gym.Env[list, str]):
             self._seeds = np.random.default_rng()
         return int(self._seeds.integers(2**31 - 1))
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a dialogue; the observation ends with the user's first turn."""
+    def _begin(self, seed: int | None) -> None:
         seed = self._episode_seed(seed)
         super().reset(seed=seed)
         self._start(seed)
-        return self._open_turn(self.user.reset(self.np_random, options))
+
+    def _reset_options(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The options the user's reset gets, from those and the seed given to `reset` (envs may add a choice)."""
+        return options
+
+    def _first_turn(self, turn: UserTurn) -> tuple[list, dict[str, Any]]:
+        out = self._open_turn(turn)
+        self._record_start()
+        return out
+
+    def _record_start(self) -> None:
+        """Record what the user's reset decided (persona, dialogue …) in the episode's meta; nothing by default."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a dialogue; the observation ends with the user's first turn."""
+        options = self._reset_options(seed, options)
+        self._begin(seed)
+        return self._first_turn(self.user.reset(self.np_random, options))
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Async twin of `reset` (an LLM user renders without blocking the event loop)."""
-        seed = self._episode_seed(seed)
-        super().reset(seed=seed)
-        self._start(seed)
-        return self._open_turn(await self.user.areset(self.np_random, options))
+        options = self._reset_options(seed, options)
+        self._begin(seed)
+        return self._first_turn(await self.user.areset(self.np_random, options))
 
     # --- step ----------------------------------------------------------------------------------
     def _validate(self, action: Any) -> str:
@@ -168,84 +193,89 @@ class ChatEnv(gym.Env[list, str]):
             )
         return action
 
-    def _close_turn(self, reply: str, scores: Scores) -> tuple[TurnOutcome, dict[str, Any]]:
-        spec = self._turn.spec
-        outcome = turn_outcome(scores.strict, scores.groups, self.reward_mode, self.reward_weights, scores.weights)
-        patience = self.patience.update(outcome)
-        info = self._turn_info()
-        info.update(
-            verdicts=[v.to_json() for v in scores.strict],
-            loose_verdicts=[v.to_json() for v in scores.loose],
-            all_pass=outcome.passed,
-            unknown=outcome.unknown,
-            reward_defined=outcome.defined,
-            patience=patience,
-        )
-        self._episode.turns.append(
-            TurnRecord(
-                index=len(self._episode.turns),
-                user=self._turn.text,
-                spec=spec,
-                reply=reply,
-                verdicts=scores.strict,
-                loose_verdicts=scores.loose,
-                reward=outcome.reward,
-                patience=patience,
-                info={"unknown": outcome.unknown, "reward_defined": outcome.defined},
-            )
-        )
-        self._messages.append({"role": "assistant", "content": self._history_reply(reply)})
-        return outcome, info
-
     def _history_reply(self, reply: str) -> str:
         """What the dialogue keeps as this turn's answer: the model's own reply (golden-context envs override)."""
         return reply
 
-    def _end_reason(self) -> tuple[bool, bool, str | None]:
-        if self.patience.exhausted:
-            return True, False, "patience"
-        if self.max_turns is not None and len(self._episode.turns) >= self.max_turns:
-            return False, True, "max_turns"
-        return False, False, None
+    def _scoring_spec(self, spec: TurnSpec) -> TurnSpec:
+        """The spec the reply is scored against and, when scored, recorded with: the user's (envs add a checklist)."""
+        return spec
 
-    def _finish(self, reason: str | None, terminated: bool, truncated: bool, outcome: TurnOutcome, info: dict):
-        info["done_reason"] = reason
-        if reason is not None:
+    def _record_end(self) -> None:
+        """Record what only the end of the dialogue tells in the episode's meta; nothing by default."""
+
+    def _play(self, reply: str) -> Generator[tuple[str, tuple], Any, None]:
+        """One turn's bookkeeping, written once for `step` and `astep`.
+
+        It yields what it needs from outside, ("score", scorer arguments) and ("next", user
+        arguments), which the driver answers with the sync or the async call, and last ("done", the
+        step's result).
+        """
+        turn, rubric = self._turn, self.rubric
+        history = list(self._messages)  # up to and including the user's request this reply answers
+        spec = self._scoring_spec(turn.spec)
+        scores = grade = None
+        if self.user_sees_verdicts:
+            scores = yield "score", (reply, spec, history)
+            grade = rubric.grade(scores)
+        self._messages.append({"role": "assistant", "content": self._history_reply(reply)})
+        info = self._turn_info()
+        last = self.max_turns is not None and len(self._episode.turns) + 1 >= self.max_turns
+        ending = rubric.end(reply, last)
+        nxt = None
+        if ending is None:
+            nxt = yield "next", (self._messages, scores.strict if self.user_sees_verdicts else [])
+            if nxt is None:
+                ending = Ending(self.user.end_reason)
+        if grade is None:
+            scores = (yield "score", (reply, spec, history)) if rubric.judges(ending) else None
+            grade = rubric.grade(scores)
+        if ending is not None:
+            grade = rubric.close(grade, ending)
+        if scores is not None:
+            info.update(
+                verdicts=[v.to_json() for v in scores.strict], loose_verdicts=[v.to_json() for v in scores.loose]
+            )
+        info.update(grade.info, patience=self._patience())
+        self._episode.turns.append(
+            TurnRecord(
+                index=len(self._episode.turns),
+                user=turn.text,
+                spec=spec if scores is not None else turn.spec,
+                reply=reply,
+                verdicts=list(scores.strict) if scores is not None else [],
+                loose_verdicts=list(scores.loose) if scores is not None else [],
+                reward=grade.reward,
+                patience=info["patience"],
+                info=dict(grade.record),
+            )
+        )
+        if nxt is not None:
+            self._open_turn(nxt)
+            info.update(self._next_turn_info())
+        info["done_reason"] = ending.reason if ending is not None else None
+        if ending is not None:
             self._done = True
-            self._episode.done_reason = reason
-        return list(self._messages), outcome.reward, terminated, truncated, info
+            self._episode.done_reason = ending.reason
+            self._record_end()
+        truncated = ending is not None and ending.truncated
+        yield "done", (list(self._messages), grade.reward, ending is not None and not truncated, truncated, info)
 
     def step(self, action: str):
-        """Score the reply against the live constraints, update patience, let the user speak again."""
-        reply = self._validate(action)
-        history = list(self._messages)  # up to and including the user's request this reply answers
-        scores = self.scorer.score(reply, self._turn.spec, history)
-        outcome, info = self._close_turn(reply, scores)
-        terminated, truncated, reason = self._end_reason()
-        if reason is None:
-            nxt = self.user.next(self._messages, scores.strict)
-            if nxt is None:
-                terminated, reason = True, self.user.end_reason
-            else:
-                self._open_turn(nxt)
-                info.update(self._next_turn_info())
-        return self._finish(reason, terminated, truncated, outcome, info)
+        """Score the reply, grade it with the rubric, let the user speak again (unless the dialogue ends)."""
+        play = self._play(self._validate(action))
+        what, args = next(play)
+        while what != "done":
+            what, args = play.send(self.scorer.score(*args) if what == "score" else self.user.next(*args))
+        return args
 
     async def astep(self, action: str):
         """Async twin of `step` (judge and LLM user awaited)."""
-        reply = self._validate(action)
-        history = list(self._messages)  # up to and including the user's request this reply answers
-        scores = await self.scorer.ascore(reply, self._turn.spec, history)
-        outcome, info = self._close_turn(reply, scores)
-        terminated, truncated, reason = self._end_reason()
-        if reason is None:
-            nxt = await self.user.anext(self._messages, scores.strict)
-            if nxt is None:
-                terminated, reason = True, self.user.end_reason
-            else:
-                self._open_turn(nxt)
-                info.update(self._next_turn_info())
-        return self._finish(reason, terminated, truncated, outcome, info)
+        play = self._play(self._validate(action))
+        what, args = next(play)
+        while what != "done":
+            what, args = play.send(await (self.scorer.ascore(*args) if what == "score" else self.user.anext(*args)))
+        return args
 
     def _next_turn_info(self) -> dict[str, Any]:
         nxt = self._turn_info()

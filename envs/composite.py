@@ -239,23 +239,11 @@ class CompositeEnv(ChatEnv):
         super()._start(seed)
         self._episode.meta["composite"] = self.protocol()
 
-    def _record(self) -> None:
+    def _record_start(self) -> None:
         persona = self.user.persona
         flow = self.user.flow
         self._episode.meta["persona"] = persona.to_json() if persona else None
         self._episode.meta["structure"] = {"template": flow.id, "flow": flow.to_json()} if flow else None
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start an episode (see Starting State); the observation ends with its first user turn."""
-        out = super().reset(seed=seed, options=options)
-        self._record()
-        return out
-
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Async twin of `reset`."""
-        out = await super().areset(seed=seed, options=options)
-        self._record()
-        return out
 
     def _turn_info(self) -> dict[str, Any]:
         info = super()._turn_info()

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode, TurnRecord
+from ifgym.core import Episode, TurnSpec
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
@@ -18,28 +18,20 @@ from ifgym.rewards.flexbench import (
     DIMENSION_MODES,
     DIMENSIONS_SUFFIX,
     DimensionSet,
+    FlexBenchRubric,
     FlexBenchScorer,
-    FlexScores,
     LLMDimensionJudge,
     RuleJudge,
     build_dimensions,
     fingerprint,
-    gate,
     load_dimensions,
     write_report,
 )
 from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
-from ifgym.rewards.scorer import Scores
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
 USERS = ("scripted", "llm")
 JUDGES = ("rules", "llm")
-REWARDS = ("turn", "episode", "both")
-
-
-def episode_score(scores: FlexScores) -> float:
-    """The end-of-episode reward term: `scores.score`, mean(Coverage, Achievement) × Compliance."""
-    return scores.score
 
 
 # Dimensions built by the pipeline, once per process for an SOP text and a model (the CLI makes
@@ -165,14 +157,7 @@ class FlexBenchEnv(ChatEnv):
             raise UnknownNameError("judge", judge, JUDGES)
         if judge_mode not in DIMENSION_MODES:
             raise UnknownNameError("judge_mode", judge_mode, DIMENSION_MODES)
-        if reward not in REWARDS:
-            raise UnknownNameError("FlexBench reward", reward, REWARDS)
-        if isinstance(end_weight, bool) or not isinstance(end_weight, int | float) or not math.isfinite(end_weight):
-            raise ConfigError(f"end_weight must be a finite number, got {end_weight!r}")
-        if not judge_every_turn and reward != "episode":
-            raise ConfigError(
-                f"reward={reward!r} needs a verdict every turn: set judge_every_turn=True or reward='episode'"
-            )
+        FlexBenchRubric.check_settings(reward, end_weight, judge_every_turn)
         if user == "llm" and judge == "rules":
             # the offline rules see a branch's precondition through the scripted caller's own wording;
             # a model caller words things its own way, so every branch would silently stay unknown
@@ -217,18 +202,18 @@ class FlexBenchEnv(ChatEnv):
         else:
             dimension_judge = LLMDimensionJudge(judge_client, mode=judge_mode)
         self.user_kind, self.judge_kind = user, judge
-        self.flex_reward = reward
-        self.end_weight = float(end_weight)
-        self.judge_every_turn = judge_every_turn
-        self._satisfied: set[str] = set()
-        self._broken: set[str] = set()
-        self._last_scores: FlexScores | None = None
+        rubric = FlexBenchRubric(
+            self.dimensions,
+            reward=reward,
+            end_weight=end_weight,
+            judge_every_turn=judge_every_turn,
+            closes=assistant_closed,
+        )
         super().__init__(
             user=simulator,
             scorer=FlexBenchScorer(self.dimensions, dimension_judge, self.sop.opening_line),
-            patience=None,  # the caller's own patience ends the call (see the user simulator)
+            rubric=rubric,  # the caller's own patience ends the call (see the user simulator)
             max_turns=max_turns,
-            reward="fraction",
             system_prompt=self.sop.instruction,
             max_reply_chars=max_reply_chars,
             render_mode=render_mode,
@@ -261,151 +246,44 @@ class FlexBenchEnv(ChatEnv):
             )
         return dims
 
-    # --- reset ---------------------------------------------------------------------------------
+    # --- the loop's hooks ----------------------------------------------------------------------
+    user_sees_verdicts = False  # the caller never sees the evaluation; the reply is judged after it answered
+
     def _start(self, seed: int | None) -> None:
+        """The dialogue starts with the SOP's opening line, already spoken by the assistant."""
         super()._start(seed)
         self._messages.append({"role": "assistant", "content": self.sop.opening_line})
-        self._satisfied = set()
-        self._broken = set()
-        self._last_scores = None
         self._episode.meta["flexbench"] = {
             "sop": self.sop.name,
             "opening_line": self.sop.opening_line,
             "user": self.user_kind,
             "judge": self.judge_kind,
-            "reward": self.flex_reward,
+            "reward": self.rubric.mode,
             "dimensions": self.dimensions.to_json(),
         }
 
-    def _begin_meta(self) -> None:
+    def _record_start(self) -> None:
         meta = self._episode.meta["flexbench"]
         meta["cooperativeness"] = self.user.persona.profile.level
         meta["facts"] = dict(self.user.facts)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a call: [system SOP, assistant opening line, caller's first words]."""
-        out = super().reset(seed=seed, options=options)
-        self._begin_meta()
-        return out
+    def _record_end(self) -> None:
+        meta = self._episode.meta["flexbench"]
+        meta["final_user_message"] = self.user.final_message
+        meta["scores"] = self.rubric.last.to_json()  # the final trace is always judged
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Async twin of `reset`."""
-        out = await super().areset(seed=seed, options=options)
-        self._begin_meta()
-        return out
+    def _patience(self) -> int | None:
+        return self.user.patience  # the caller's own
 
     def _turn_info(self) -> dict[str, Any]:
         info = super()._turn_info()
-        info["patience"] = self.user.patience
         info["sop"] = self.sop.name
         info["cooperativeness"] = self.user.persona.profile.level if self.user.persona else None
         return info
 
-    # --- step ----------------------------------------------------------------------------------
-    def _before_user(self, reply: str) -> tuple[list[dict[str, str]], str | None]:
-        """Record the reply; return the dialogue before it and the end reason if max_turns ends the call now."""
-        history = list(self._messages)
-        self._messages.append({"role": "assistant", "content": reply})
-        if self.max_turns is not None and len(self._episode.turns) + 1 >= self.max_turns:
-            # a reply that closes the call on the last allowed turn still ends it properly
-            return history, "assistant_closed" if assistant_closed(reply) else "max_turns"
-        return history, None
-
-    def step(self, action: str):
-        """Judge the trace with the reply, let the caller answer (or end the call)."""
-        reply = self._validate(action)
-        history, reason = self._before_user(reply)
-        nxt = None
-        if reason is None:
-            nxt = self.user.next(self._messages, [])  # no verdicts: the caller never sees the evaluation
-            if nxt is None:
-                reason = self.user.end_reason
-        scores = self.scorer.score(reply, None, history) if self.judge_every_turn or reason else None
-        return self._close(reply, scores, nxt, reason)
-
-    async def astep(self, action: str):
-        """Async twin of `step` (the LLM caller and judge are awaited)."""
-        reply = self._validate(action)
-        history, reason = self._before_user(reply)
-        nxt = None
-        if reason is None:
-            nxt = await self.user.anext(self._messages, [])
-            if nxt is None:
-                reason = self.user.end_reason
-        scores = await self.scorer.ascore(reply, None, history) if self.judge_every_turn or reason else None
-        return self._close(reply, scores, nxt, reason)
-
-    def _close(self, reply: str, scores: Scores | None, nxt: Any, reason: str | None):
-        info = self._turn_info()
-        reward = 0.0
-        spec = self._turn.spec
-        verdicts = scores.strict if scores is not None else []
-        flex = None
-        if scores is not None:
-            flex = gate(self.dimensions, scores.strict)
-            kinds = {d.id: d.kind for d in self.dimensions.dimensions}
-            # an always-on rule earns nothing for being kept (saying nothing keeps it) and costs once when broken
-            new = [
-                d
-                for d in self.dimensions.ids
-                if kinds[d] != "always" and flex.labels[d] == "yes" and d not in self._satisfied
-            ]
-            broken = [
-                d
-                for d in self.dimensions.ids
-                if kinds[d] == "always" and flex.labels[d] == "no" and d not in self._broken
-            ]
-            self._satisfied.update(new)
-            self._broken.update(broken)
-            self._last_scores = flex
-            if self.flex_reward in ("turn", "both"):
-                reward += (len(new) - len(broken)) / len(self.dimensions.ids)
-            spec = dataclasses.replace(spec, checklist=self.dimensions.checklist())
-            info.update(
-                verdicts=[v.to_json() for v in verdicts],
-                loose_verdicts=[v.to_json() for v in verdicts],
-                labels=dict(flex.labels),
-                coverage=flex.coverage,
-                achievement=None if math.isnan(flex.achievement) else flex.achievement,  # None = n/a (NaN != NaN)
-                compliance=None if math.isnan(flex.compliance) else flex.compliance,
-                newly_satisfied=new,
-                newly_broken=broken,
-            )
-        if reason is not None and self.flex_reward in ("episode", "both"):
-            end = episode_score(flex)  # the final trace is always judged
-            reward += self.end_weight * end
-            info["episode_score"] = end
-        info.update(reward_defined=scores is not None or reason is not None, unknown=_unknown(verdicts))
-        self._episode.turns.append(
-            TurnRecord(
-                index=len(self._episode.turns),
-                user=self._turn.text,
-                spec=spec,
-                reply=reply,
-                verdicts=list(verdicts),
-                loose_verdicts=list(verdicts),
-                reward=reward,
-                patience=self.user.patience,
-                info={
-                    k: info[k]
-                    for k in ("coverage", "achievement", "compliance", "newly_satisfied", "newly_broken")
-                    if k in info
-                },
-            )
-        )
-        terminated = reason is not None and reason != "max_turns"
-        truncated = reason == "max_turns"
-        if nxt is not None:
-            self._open_turn(nxt)
-            info.update(self._next_turn_info())
-        if reason is not None:
-            self._done = True
-            self._episode.done_reason = reason
-            meta = self._episode.meta["flexbench"]
-            meta["final_user_message"] = self.user.final_message
-            meta["scores"] = flex.to_json() if flex is not None else None
-        info["done_reason"] = reason
-        return list(self._messages), reward, terminated, truncated, info
+    def _scoring_spec(self, spec: TurnSpec) -> TurnSpec:
+        """The caller's turn spec with the dimensions as its checklist: what every judged turn is scored against."""
+        return dataclasses.replace(spec, checklist=self.dimensions.checklist())
 
     # --- metrics and rendering ------------------------------------------------------------------
     loose_metrics = False  # dimension verdicts have no loose variant: `ifgym eval` prints strict only
@@ -439,15 +317,11 @@ class FlexBenchEnv(ChatEnv):
         for t in self._episode.turns if self._episode else []:
             lines.append(f"[{t.index}] CALLER: {t.user}")
             lines.append(f"[{t.index}] ASSISTANT: {t.reply}")
-        if self._last_scores is not None:
-            s = self._last_scores
+        if self.rubric.last is not None:
+            s = self.rubric.last
             for d in self.dimensions.dimensions:
                 lines.append(f"    {s.labels[d.id]:7} {d.id} ({d.kind}): {d.criterion}")
             achievement = "n/a" if math.isnan(s.achievement) else f"{s.achievement:.3f}"
             compliance = "n/a" if math.isnan(s.compliance) else f"{s.compliance:.3f}"
             lines.append(f"    coverage {s.coverage:.3f}  achievement {achievement}  compliance {compliance}")
         return "\n".join(lines)
-
-
-def _unknown(verdicts: list) -> int:
-    return sum(v.label == "unknown" for v in verdicts)

@@ -234,12 +234,12 @@ class StructFlowEnv(ChatEnv):
         )
 
     # --- choosing the dialogue -------------------------------------------------------------------
-    def _options(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _reset_options(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
         if self.user.dialogues and seed is not None and not (options and "dialogue" in options):
             return {**(options or {}), "dialogue": seed % len(self.user.dialogues)}
         return options
 
-    def _record_dialogue(self) -> None:
+    def _record_start(self) -> None:
         d = self.user.dialogue
         self._episode.meta["dialogue"] = {
             "id": d.id,
@@ -251,18 +251,6 @@ class StructFlowEnv(ChatEnv):
             "context": self.context,
             **({"template": d.meta["template"]} if "template" in d.meta else {}),
         }
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a dialogue (see Starting State); the observation ends with its first user turn."""
-        out = super().reset(seed=seed, options=self._options(seed, options))
-        self._record_dialogue()
-        return out
-
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Async twin of `reset`."""
-        out = await super().areset(seed=seed, options=self._options(seed, options))
-        self._record_dialogue()
-        return out
 
     # --- turn mechanics ----------------------------------------------------------------------------
     def _history_reply(self, reply: str) -> str:

@@ -398,11 +398,12 @@ def _prompt_version(scorer: Any) -> str:
 
 
 async def _score(scorer: Any, probe: Probe) -> list[str]:
-    spec = None
     if probe.suite == "evolif":
         spec = TurnSpec(constraints=tuple(probe.payload))
     elif probe.suite == "structflow":
         spec = TurnSpec(checklist=tuple(probe.payload))
+    else:  # flexbench: the whole dimension set is judged every time
+        spec = TurnSpec(checklist=scorer.dimensions.checklist())
     scores = await scorer.ascore(probe.reply, spec, probe.history)
     labels = [v.label for v in scores.strict]
     if probe.suite == "flexbench":  # one verdict per dimension: keep the probe's

@@ -1,16 +1,24 @@
-"""From verdicts to a reward, and the user's patience.
+"""From verdicts to a reward, and the user's patience: the rubric a task plugs into the env's turn loop.
 
 A turn *passes* when every verdict is yes, *fails* when any is no; a turn whose verdicts are
 yes/unknown only (a judge that could not be parsed) does neither: patience stays where it was.
+
+`Rubric` is what the loop asks of a task besides its user and scorer: a turn's reward from its
+scores (`grade`), whether the dialogue ends before the user speaks again (`end`), an end-of-dialogue
+term (`close`), and which turns to score at all (`judges`). `VerdictRubric`, the default, is the
+fraction / all_pass / weighted reward with `Patience`.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from ifgym.core import Verdict
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.rewards.scorer import Scores
 
 REWARD_MODES = ("fraction", "all_pass", "weighted")
 
@@ -99,3 +107,91 @@ class Patience:
     @property
     def exhausted(self) -> bool:
         return self.value is not None and self.value <= 0
+
+
+@dataclass(frozen=True)
+class Ending:
+    """Why a dialogue ends (the env's `done_reason`); `truncated` for a turn limit rather than a natural end."""
+
+    reason: str
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What a rubric makes of one turn: the reward, whether it is defined, and what the env records beside it.
+
+    `info` adds keys to the step's info dict; `record` is the turn record's `info`.
+    """
+
+    reward: float
+    defined: bool
+    info: Mapping[str, Any] = field(default_factory=dict)
+    record: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Rubric(ABC):
+    """Turn outcome -> reward, and the end rule, for the env's one turn loop (`ChatEnv`).
+
+    Per turn the env calls `grade` with the turn's scores (None when `judges` said not to score),
+    `end` before the user would speak again, and `close` once the dialogue has ended (by `end`, or
+    because the user stopped). `reset` starts an episode. `patience` is the meter the env reports
+    (`Patience(None)`, off, for a rubric that keeps none).
+    """
+
+    patience: Patience
+
+    def reset(self) -> None:
+        """Forget the last episode (the patience meter refills)."""
+        self.patience.reset()
+
+    def judges(self, ending: Ending | None) -> bool:
+        """Whether this turn is scored, given how the dialogue ends (None: it goes on). Every turn by default."""
+        return True
+
+    @abstractmethod
+    def grade(self, scores: Scores | None) -> Grade:
+        """The turn's reward from its scores (None: not scored this turn); may update per-episode state."""
+
+    def end(self, reply: str, last_turn: bool) -> Ending | None:
+        """Whether the dialogue ends before the user speaks again; `last_turn`: the env's max_turns is reached."""
+        return Ending("max_turns", truncated=True) if last_turn else None
+
+    def close(self, grade: Grade, ending: Ending) -> Grade:
+        """The last turn's grade with any end-of-dialogue term added (none by default)."""
+        return grade
+
+
+class VerdictRubric(Rubric):
+    """The default rubric: the turn's verdicts give the reward (`turn_outcome`'s `mode`), failures cost patience.
+
+    The dialogue ends when patience runs out (`done_reason="patience"`) or at max_turns (truncated).
+    """
+
+    def __init__(
+        self, mode: str = "fraction", weights: Mapping[str, float] | None = None, patience: int | None = 3
+    ) -> None:
+        turn_outcome([], [], mode)  # validates the mode name now, not at the first step
+        if weights and mode != "weighted":
+            raise ConfigError(f"reward_weights only apply with reward='weighted' (got reward={mode!r})")
+        for label, weight in (weights or {}).items():
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight >= 0:
+                raise ConfigError(f"reward_weights[{label!r}] must be a number >= 0, got {weight!r}")
+        self.mode = mode
+        self.weights = dict(weights or {})
+        self.patience = Patience(patience)
+
+    def grade(self, scores: Scores | None) -> Grade:
+        """Reward and tally of the turn's strict verdicts; a failing turn costs patience, a passing one refills it."""
+        if scores is None:
+            raise ValueError("VerdictRubric grades scored turns only (its judges() scores every turn)")
+        outcome = turn_outcome(scores.strict, scores.groups, self.mode, self.weights, scores.weights)
+        self.patience.update(outcome)
+        tally = {"unknown": outcome.unknown, "reward_defined": outcome.defined}
+        return Grade(outcome.reward, outcome.defined, info={"all_pass": outcome.passed, **tally}, record=tally)
+
+    def end(self, reply: str, last_turn: bool) -> Ending | None:
+        """Out of patience ends the dialogue; else max_turns truncates it."""
+        if self.patience.exhausted:
+            return Ending("patience")
+        return super().end(reply, last_turn)

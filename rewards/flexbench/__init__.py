@@ -83,8 +83,9 @@ average would reward that. Breaking every rule scores 0 however complete the cal
 
 The package is split by stage: `dimensions` (the schema, loading, `fingerprint`), `gating` (verdicts
 to Coverage, Achievement, Compliance), `judges` (the rule and LLM judges, the scorer the env uses),
-`report` (corpus metrics, tables, heatmaps) and `pipeline` (building dimensions from an SOP with a
-model); import its public names from here.
+`rubric` (the env's turn and episode rewards, its end rule), `report` (corpus metrics, tables,
+heatmaps) and `pipeline` (building dimensions from an SOP with a model); import its public names
+from here.
 """
 
 from ifgym.rewards.flexbench.dimensions import (
@@ -123,6 +124,7 @@ from ifgym.rewards.flexbench.report import (
     summarize,
     write_report,
 )
+from ifgym.rewards.flexbench.rubric import REWARDS, FlexBenchRubric
 
 __all__ = [
     "ALWAYS",
@@ -133,6 +135,7 @@ __all__ = [
     "Dimension",
     "DimensionRule",
     "DimensionSet",
+    "FlexBenchRubric",
     "FlexBenchScorer",
     "FlexScores",
     "LLMDimensionJudge",
@@ -154,6 +157,7 @@ __all__ = [
     "DEFAULT_DIMENSION_MODE",
     "DIMENSIONS_SUFFIX",
     "HEADLINE",
+    "REWARDS",
     "dimension_names",
     "episode_dimensions",
     "parse_labels",

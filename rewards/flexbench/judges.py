@@ -392,10 +392,10 @@ class FlexBenchScorer:
     def _scores(self, verdicts: list[Verdict]) -> Scores:
         return Scores(verdicts, list(verdicts), list(self.dimensions.ids), [1.0] * len(verdicts))
 
-    def score(self, reply: str, spec: TurnSpec | None = None, history: list[dict] | None = None) -> Scores:
-        """Verdicts for the dialogue `history` + `reply` (the spec is not needed: dimensions are fixed)."""
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Verdicts for the dialogue `history` + `reply`, one per dimension (the spec's checklist lists them)."""
         return self._scores(self.judge.judge(self.dimensions, self.trace(history, reply)))
 
-    async def ascore(self, reply: str, spec: TurnSpec | None = None, history: list[dict] | None = None) -> Scores:
+    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
         """Async twin of `score`."""
         return self._scores(await self.judge.ajudge(self.dimensions, self.trace(history, reply)))
