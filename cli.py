@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,9 @@ commands:
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
+  merge RUN_FOLDER | SHARD_FILES...  combine the shard files of a run (eval shard=I/N wrote
+                             episodes.shard-I-of-N.jsonl) into its episodes.jsonl, one record per seed, and write its
+                             summary and plots as eval does; shards of another configuration are refused
   export SCHEMA EPISODES... OUT [KEY=VALUE ...]  training data from episodes JSONL files, one schema:
                              prompts (GRPO/PPO rows for ifgym.rewards.trl.TurnReward), sft (passing turns;
                              min_reward=1.0), preferences (DPO pairs of replies to the same prompt; margin=0.1
@@ -60,7 +64,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 GROUPS = ("env", "policy", "judge", "logger")
 TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
-COMMANDS = ("eval", "train", "judge-audit", "compare", "export", "flexbench-dimensions")
+COMMANDS = ("eval", "train", "judge-audit", "compare", "merge", "export", "flexbench-dimensions")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -489,23 +493,23 @@ def evaluate(
     `output=`, else `runs/<env>-<run_key>/`. It receives `episodes.jsonl` (unless `output=` names
     another file), `run.json` (the run record), `summary.json` and the plots. `command` and `job`
     (the Hydra job: mode, number, sweep folder, overrides) go into the run record.
+
+    With `shard=I/N` the run plays its share of the seeds into `episodes.shard-I-of-N.jsonl` (with
+    `run.` and `summary.shard-I-of-N.json`, no plots), skipping seeds finished in the folder's other
+    episodes files; without it, shard files found beside the episodes file are combined into it
+    first (`ifgym.envs.shards.combine`), so their seeds are not played again.
     """
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import run, usage_totals
+    from ifgym.envs.rollout import run
+    from ifgym.envs.shards import Shard, combine, finished_seeds, shard_files
     from ifgym.errors import ConfigError, RunStoppedError
-    from ifgym.llm import Usage
-    from ifgym.records import RunRecord, default_run_dir
-    from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
-    from ifgym.stats import CISettings
+    from ifgym.records import RECORD_FILE, RunRecord, default_run_dir
 
     check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    # a bad interval setting fails now, not after the episodes
-    ci_settings = None
-    if resolved["ci"]:
-        ci_settings = CISettings(resolved["ci_resamples"], resolved["ci_level"], resolved["seed"])
+    ci_settings = _ci_settings(resolved)  # a bad interval setting fails now, not after the episodes
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
@@ -514,11 +518,40 @@ def evaluate(
             f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
             "(each job writes episodes.jsonl in its own folder under hydra.sweep.dir)"
         )
+    if any(o.startswith("shard=") and "," in o for o in (job or {}).get("overrides", ())):
+        raise ConfigError(
+            "shard= swept with -m would put each shard in a job folder of its own; run the shards as separate "
+            "commands (the same overrides with shard=0/N … shard=N-1/N), then `ifgym merge` the run folder"
+        )
+    shard = Shard.parse(resolved["shard"]) if resolved["shard"] is not None else None
     folder = Path(run_dir) if run_dir is not None else default_run_dir(resolved)
     out = Path(resolved["output"]).expanduser() if resolved["output"] else folder / "episodes.jsonl"
     _claim_run_folder(out)
     if resolved["concurrency"] < 1:
         raise ConfigError(f"concurrency must be >= 1, got {resolved['concurrency']}")
+    seeds = list(range(resolved["seed"], resolved["seed"] + resolved["episodes"]))
+    run_file = out
+    if shard is not None:
+        out = shard.file(run_file)
+        if not shard.seeds(seeds):
+            raise ConfigError(
+                f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {len(seeds)} shards; use "
+                "fewer shards or more episodes"
+            )
+        # seeds another shard (or the run itself) finished are done: no replays to merge later
+        elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
+        done = elsewhere - finished_seeds([out], key)
+        seeds = [s for s in shard.seeds(seeds) if s not in done]
+        if not seeds:
+            print(f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play")
+            return {"output": str(out), "episodes": 0}
+    elif shard_files(out):
+        combined = combine(out, [p for _, p in shard_files(out)], key)
+        print(
+            f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
+            f"episodes ({combined.added} lines from the shards); their seeds are not played again",
+            file=sys.stderr,
+        )
     fill_request_limits(resolved, resolved["concurrency"])
     clients: dict[str, Any] = {}
     make_policy = build_policy(resolved["policy"], clients)
@@ -527,10 +560,8 @@ def evaluate(
     summarize = first_env.summarize
     judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
-    # an env without a loose variant (FlexBench, or EvolIF's one reading) says so; its table has no loose column
-    semantics = getattr(first_env, "checker_semantics", "ifgym")
-    has_loose = getattr(first_env, "loose_metrics", True) and semantics == "ifgym"
-    record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job)
+    record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
+    record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name)
     record.start(clients)
     if resolved["progress"] or clients:
         limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
@@ -539,11 +570,10 @@ def evaluate(
             + (f"; requests in flight at most: {limits}" if limits else ""),
             file=sys.stderr,
         )
-    seeds = range(resolved["seed"], resolved["seed"] + resolved["episodes"])
     logger = None
     try:
         if resolved["logger"]["kind"] == "wandb":
-            logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=has_loose)
+            logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=_has_loose(first_env))
         executor = resolved["executor"]
         if executor["kind"] not in ("local", "ray"):
             raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
@@ -577,22 +607,86 @@ def evaluate(
     except BaseException as exc:
         record.fail(exc)
         raise
-    loose = summarize(episodes, loose=True) if has_loose else {}
-    summary = {"protocol": first_env.protocol(), "strict": summarize(episodes), "loose": loose}
+    summary, plots, charts = report_run(
+        first_env,
+        resolved,
+        out,
+        episodes,
+        result.failures,
+        worker_deaths=result.worker_deaths,
+        judge_record=judge_record,
+        record=record,
+        roles=clients,
+        ci_settings=ci_settings,
+        shard=shard,
+    )
+    if logger:
+        logger.finish(episodes, summary, plots, charts=charts)
+        if logger.settings["mode"] == "offline":
+            print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
+    return summary
+
+
+def _ci_settings(resolved: dict[str, Any]) -> Any:
+    """The run's bootstrap-interval settings (`ci`, `ci_resamples`, `ci_level`, seeded with `seed`); None when off."""
+    from ifgym.stats import CISettings
+
+    if not resolved["ci"]:
+        return None
+    return CISettings(resolved["ci_resamples"], resolved["ci_level"], resolved["seed"])
+
+
+def _has_loose(env: Any) -> bool:
+    """Whether the env reports a loose variant (FlexBench and EvolIF's paper reading do not)."""
+    return getattr(env, "loose_metrics", True) and getattr(env, "checker_semantics", "ifgym") == "ifgym"
+
+
+def report_run(
+    env: Any,
+    resolved: dict[str, Any],
+    out: Path,
+    episodes: Sequence[Any],
+    failures: dict[str, Any],
+    *,
+    worker_deaths: int,
+    judge_record: dict[str, Any],
+    record: Any,
+    roles: Iterable[str],
+    ci_settings: Any,
+    shard: Any = None,
+) -> tuple[dict[str, Any], dict[str, Path], dict[str, Any]]:
+    """Summarize a run's episodes, write its summary, plots and report, finish its record, print its table.
+
+    Shared by `ifgym eval` and `ifgym merge`. `roles` are the run's model roles (each gets a usage
+    row, zeros when it made no call; usage is summed from the records in `out`). A shard (`shard`)
+    writes `summary.shard-I-of-N.json` and no plots (the merged run draws them). Returns the
+    summary, the plots written and the chart data.
+    """
+    from ifgym.envs.rollout import usage_totals
+    from ifgym.llm import Usage
+    from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
+
+    summarize = env.summarize
+    semantics = getattr(env, "checker_semantics", "ifgym")
+    loose = summarize(episodes, loose=True) if _has_loose(env) else {}
+    summary = {"protocol": env.protocol(), "strict": summarize(episodes), "loose": loose}
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)
+    key = record.data["run_key"]
     totals = usage_totals(out, key)
-    summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in clients} | totals
+    summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in roles} | totals
     summary["user_stats"] = user_stats(episodes)
-    cost = policy_cost(episodes)
+    cost = policy_cost(list(episodes))
     if cost is not None:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
-    summary["failures"] = result.failures
-    summary["executor"] = dict(resolved["executor"]) | {"worker_deaths": result.worker_deaths}
+    summary["failures"] = failures
+    summary["executor"] = dict(resolved["executor"]) | {"worker_deaths": worker_deaths}
     summary["output"] = str(out)
-    summary["headline"] = list(getattr(first_env, "headline_metrics", ()))
+    if shard is not None:
+        summary["shard"] = str(shard)
+    summary["headline"] = list(getattr(env, "headline_metrics", ()))
     summary["judge"] = judge_record
     summary["run"] = record.summary_reference() | {
         "env": resolved["env"]["id"],
@@ -601,13 +695,15 @@ def evaluate(
         "models": record.data["models"],
     }
     if ci_settings is not None:
-        summary.update(run_intervals(episodes, summary, first_env, ci_settings))
+        summary.update(run_intervals(list(episodes), summary, env, ci_settings))
     charts = chart_data(episodes, summary)
-    plots = write_plots(episodes, summary, out.parent) if resolved["plots"] else {}
-    if hasattr(first_env, "write_report"):  # env-specific files (FlexBench: dimension table, heatmap)
-        plots.update(first_env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
-    write_summary(summary, out.parent / "summary.json")
-    record.finish(episodes=len(episodes), summary="summary.json")
+    files = shard is None and resolved["plots"]
+    plots = write_plots(episodes, summary, out.parent) if files else {}
+    if hasattr(env, "write_report") and shard is None:  # env-specific files (FlexBench: dimension table, heatmap)
+        plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
+    summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")
+    write_summary(summary, summary_path)
+    record.finish(episodes=len(episodes), summary=summary_path.name)
     print(results_table(summary))
     for line in audit_lines(judge_record):
         print(line)
@@ -620,16 +716,14 @@ def evaluate(
         )
         if cost["counters"]:
             print("policy counters: " + ", ".join(f"{name} {value}" for name, value in cost["counters"].items()))
-    print(f"\nepisodes: {out}\nsummary:  {out.parent / 'summary.json'}\nrecord:   {record.path}")
+    print(f"\nepisodes: {out}\nsummary:  {summary_path}\nrecord:   {record.path}")
     for name, path in plots.items():
         print(f"{name}: {path}")
-    if resolved["plots"] and charts["survival_note"]:
+    if files and charts["survival_note"]:
         print(f"survival_plot: {charts['survival_note']}")
-    if logger:
-        logger.finish(episodes, summary, plots, charts=charts)
-        if logger.settings["mode"] == "offline":
-            print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
-    return summary
+    if shard is not None:
+        print(f"shard {shard} done; once every shard has finished: ifgym merge {out.parent}")
+    return summary, plots, charts
 
 
 def _wandb_logger(
@@ -664,7 +758,8 @@ class JobFailed:
 
 def _drop_if_empty(folder: Path) -> None:
     """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
-    if folder.is_dir() and {p.name for p in folder.iterdir()} <= {".hydra", "run.json"}:
+    written_first = re.compile(r"\.hydra|run(\.shard-\d+-of-\d+)?\.json")  # a shard's record too
+    if folder.is_dir() and all(written_first.fullmatch(p.name) for p in folder.iterdir()):
         shutil.rmtree(folder)
         if not any(folder.parent.iterdir()):  # e.g. ./runs, made for this run alone
             folder.parent.rmdir()
@@ -938,6 +1033,89 @@ def _compare_table(mode: str, table: dict[str, dict[str, Any]], level: float) ->
     return "\n".join([fmt.format(*head), fmt.format(*("-" * w for w in widths)), *(fmt.format(*r) for r in rows)])
 
 
+def merge_runs(args: list[str]) -> int:
+    """`ifgym merge RUN_FOLDER | SHARD_FILE...`: combine a run's shard files into its episodes file and report it.
+
+    The episodes file gets one record per seed (`ifgym.envs.shards.combine`); the summary, plots
+    and results table are written as `ifgym eval` writes them (`report_run`), from the config the
+    shards recorded in their `run.shard-I-of-N.json`. Returns 1 when episodes failed, as eval does.
+    """
+    import ifgym  # noqa: F401  (registers the env ids)
+    from ifgym.envs.rollout import FailedEpisode, failure_summary, iter_records
+    from ifgym.envs.shards import combine, shards_of
+    from ifgym.errors import ConfigError
+    from ifgym.records import RECORD_FILE, RunRecord
+
+    if not args or any(a.startswith("-") for a in args):
+        print("usage: ifgym merge RUN_FOLDER | SHARD_FILE.jsonl [SHARD_FILE.jsonl ...]", file=sys.stderr)
+        return 2
+    run_file, shards = shards_of([Path(a).expanduser() for a in args])
+    folder = run_file.parent
+    records = {}
+    for shard, path in shards:
+        record_path = shard.file(folder / RECORD_FILE)
+        if not record_path.is_file():
+            raise ConfigError(
+                f"merge: {record_path.name} (the record {path.name}'s run wrote, with its config) is not in {folder}; "
+                "copy it there with the shard file"
+            )
+        records[record_path] = json.loads(record_path.read_text(encoding="utf-8"))
+    (first_path, first), *others = records.items()
+    for path, other in others:
+        if other["run_key"] != first["run_key"]:
+            raise ConfigError(
+                f"merge: {path.name} is a run of another configuration (run_key {other['run_key']}) than "
+                f"{first_path.name} (run_key {first['run_key']}); merge only the shards of one run"
+            )
+    key, resolved = first["run_key"], first["config"]
+    _claim_run_folder(run_file)
+    combined = combine(run_file, [p for _, p in shards], key)
+    print(
+        f"merged {len(shards)} shard files into {run_file}: {combined.finished} finished and {combined.failed} "
+        f"failed episodes ({combined.added} lines from the shards)",
+        file=sys.stderr,
+    )
+    latest: dict[int, Any] = {}
+    for item in iter_records(run_file):  # a seed's last line is its record
+        latest[item.seed] = item
+    records_by_seed = [latest[seed] for seed in sorted(latest)]
+    failed = [r for r in records_by_seed if isinstance(r, FailedEpisode)]
+    episodes = [r for r in records_by_seed if not isinstance(r, FailedEpisode)]
+    if not episodes:
+        raise ConfigError(f"merge: no finished episodes in {run_file}; rerun the shards to retry the failed ones")
+    shard_summaries = [
+        json.loads(p.read_text(encoding="utf-8"))
+        for shard, _ in shards
+        if (p := shard.file(folder / "summary.json")).is_file()
+    ]
+    env = build_env(resolved["env"], resolved["judge"], {})().unwrapped
+    record = RunRecord(folder, config=resolved, key=key, command=["ifgym", "merge", *args])
+    record.data["models"] = first.get("models", {})
+    record.data["merged"] = [p.name for _, p in shards]
+    record.write()
+    judge = next((s["judge"] for s in shard_summaries if "judge" in s), {"kind": resolved["judge"]["kind"]})
+    report_run(
+        env,
+        resolved,
+        run_file,
+        episodes,
+        failure_summary(failed, len(records_by_seed)),
+        worker_deaths=sum(s.get("executor", {}).get("worker_deaths", 0) for s in shard_summaries),
+        judge_record=judge,
+        record=record,
+        roles=record.data["models"],
+        ci_settings=_ci_settings(resolved),
+    )
+    if failed:
+        print(
+            f"ifgym: error: {len(failed)} of {len(records_by_seed)} episodes failed (seeds "
+            f"{', '.join(str(f.seed) for f in failed)}); rerun the shards (or the run) to retry them",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 EXPORT_OPTIONS = {"min_reward": float, "margin": float, "pairs": str}
 
 
@@ -1145,6 +1323,8 @@ def main(argv: list[str] | None = None) -> int:
             return judge_audit(rest)
         if command == "compare":
             return compare_runs(rest)
+        if command == "merge":
+            return merge_runs(rest)
         from ifgym.errors import did_you_mean
 
         print(

@@ -61,6 +61,7 @@ OPERATIONAL_KEYS = (
     "retry_failed",
     "max_failure_rate",
     "episode_timeout",
+    "shard",
 )
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
@@ -245,7 +246,7 @@ def models(clients: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 class RunRecord:
-    """`run.json` of one run folder, written when the run starts and again when it ends or fails."""
+    """`run.json` of one run folder (`name`: a shard's is `run.shard-I-of-N.json`), written at start, end or failure."""
 
     def __init__(
         self,
@@ -255,10 +256,11 @@ class RunRecord:
         key: str,
         command: Sequence[str],
         hydra: Mapping[str, Any] | None = None,
+        name: str = RECORD_FILE,
     ):
         from ifgym import __version__
 
-        self.path = Path(folder) / RECORD_FILE
+        self.path = Path(folder) / name
         self.data: dict[str, Any] = {
             "run_key": key,
             "status": "running",
@@ -293,7 +295,7 @@ class RunRecord:
         """What `summary.json` says about the run it belongs to."""
         return {
             "run_key": self.data["run_key"],
-            "record": RECORD_FILE,
+            "record": self.path.name,
             "started": self.data["started"],
             "ifgym_version": self.data["ifgym_version"],
             "git_commit": (self.data["git"] or {}).get("commit"),

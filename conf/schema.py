@@ -157,6 +157,11 @@ class EvalConf:
     executor: ExecutorConf = field(default_factory=ExecutorConf)
     episodes: int = _help("number of episodes (seeds seed .. seed+episodes-1)", 3)
     seed: int = _help("first episode seed", 0)
+    shard: str | None = _help(
+        "I/N: play only the seeds at positions I, I+N, … into episodes.shard-I-of-N.jsonl beside the run's file; "
+        "`ifgym merge RUN_FOLDER` (or the next run without shard=) combines the shards",
+        None,
+    )
     concurrency: int = _help("episodes run at once; also each role's request limit unless it sets its own", 4)
     output: str | None = _help(
         "episodes JSONL (the run folder is its folder); null = episodes.jsonl in the run folder (hydra.run.dir)", None

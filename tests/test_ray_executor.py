@@ -14,6 +14,7 @@ import sys
 import gymnasium as gym
 import pytest
 from support.canned_server import CannedServer
+from support.ray_cluster import import_ray
 
 import ifgym  # noqa: F401
 
@@ -23,7 +24,7 @@ from ifgym.envs.rollout import iter_records, run
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
 
-ray = pytest.importorskip("ray", reason="executor=ray needs the ray extra (pip install 'ifgym[ray]')")
+ray = import_ray()  # without the ray extra these tests fail, saying how to install it
 # this module's factories travel to the workers by value (pytest's importlib mode: not importable there)
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 

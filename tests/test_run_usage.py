@@ -12,7 +12,7 @@ import sys
 
 import gymnasium as gym
 import pytest
-from support.canned_server import CannedServer
+from support.canned_server import CannedServer, eval_args
 
 import ifgym  # noqa: F401
 from ifgym.cli import main
@@ -20,21 +20,6 @@ from ifgym.envs.rollout import EpisodeLog, run, usage_totals
 from ifgym.errors import ConfigError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy
-
-
-def eval_args(server, out, episodes):
-    return [
-        "eval",
-        "policy=openai",
-        f"policy.llm.base_url={server.base_url}",
-        "policy.llm.model=canned-model",
-        f"episodes={episodes}",
-        "env.max_turns=2",
-        f"output={out}",
-        "progress=false",
-        "plots=false",
-        "ci=false",
-    ]
 
 
 def test_usage_after_a_resume_counts_every_call_of_the_run(tmp_path):

@@ -237,3 +237,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+def eval_args(server: CannedServer, out: Any, episodes: int) -> list[str]:
+    """`ifgym eval` arguments for a quick run of policy=openai against `server` (2 turns, no plots or intervals)."""
+    return [
+        "eval",
+        "policy=openai",
+        f"policy.llm.base_url={server.base_url}",
+        "policy.llm.model=canned-model",
+        f"episodes={episodes}",
+        "env.max_turns=2",
+        f"output={out}",
+        "progress=false",
+        "plots=false",
+        "ci=false",
+    ]
