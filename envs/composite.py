@@ -9,8 +9,8 @@ from typing import Any
 from ifgym.core import Episode
 from ifgym.core.constraints import JUDGED_GROUPS, RULE_GROUPS
 from ifgym.envs.base import ChatEnv
-from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.composite import HEADLINE
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE

@@ -13,7 +13,7 @@ from typing import Any
 from ifgym.core.constraints import GROUPS, JUDGED_GROUPS, RULE_GROUPS
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.llm import LLMConfig, make_client
+from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.evolif_scorer import EvolIFScorer
 
@@ -31,17 +31,6 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "checker_semantics": "evolif",
     "judge_mode": "rating",
 }
-
-
-def resolve_client(client: Any, role: str):
-    """A client object as given, or one built from an LLMConfig / mapping / None (None = embedded model)."""
-    if client is None:
-        return make_client(LLMConfig(), role)
-    if isinstance(client, (LLMConfig, Mapping)):
-        return make_client(client, role)
-    if hasattr(client, "chat") and hasattr(client, "achat"):
-        return client
-    raise ConfigError(f"{role}_llm must be an LLMConfig, a mapping of its fields, a client, or None; got {client!r}")
 
 
 class EvolIFEnv(ChatEnv):

@@ -11,8 +11,8 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.envs.base import ChatEnv
-from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.llm import resolve_client
 from ifgym.rewards.flexbench import (
     DEFAULT_DIMENSION_MODE,
     DIMENSION_MODES,

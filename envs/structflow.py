@@ -8,8 +8,8 @@ from typing import Any
 
 from ifgym.core import Episode
 from ifgym.envs.base import ChatEnv
-from ifgym.envs.evolif import resolve_client
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.llm import resolve_client
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
 

@@ -5,8 +5,10 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
 
 - `config`: `LLMConfig` (how to reach a model), its field checks, the generation settings of a call;
 - `conversation`: messages, `Usage` and `Completion`, `count_episode_usage`, the conversation
-  drivers `converse`/`aconverse`, and `CannedClient` (the test double);
-- `client`: `LLMClient` (validates, limits, counts, cleans and cuts) and `make_client`;
+  drivers `converse`/`aconverse`, `ChatClient` (what every room needs from a client) and
+  `CannedClient` (the test double);
+- `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`, and
+  `resolve_client` (a client as given, or one built from a config);
 - `http`: the OpenAI-compatible backend: requests, retry counting, errors that name the fix;
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
@@ -15,11 +17,12 @@ Heavy libraries load lazily: `import ifgym.llm` imports neither `openai` nor `ll
 first HTTP client imports `openai`, the first embedded call imports `llama_cpp`.
 """
 
-from ifgym.llm.client import LLMClient, make_client
+from ifgym.llm.client import LLMClient, make_client, resolve_client
 from ifgym.llm.config import GEN_KEYS, LLM_CONFIG_FIELDS, PLACEHOLDER_API_KEY, LLMConfig, config_from_mapping
 from ifgym.llm.conversation import (
     ROLES_IN_MESSAGES,
     CannedClient,
+    ChatClient,
     Completion,
     Conversation,
     Message,
@@ -72,6 +75,7 @@ __all__ = [
     "SMOLLM_MODULE",
     "SMOLLM_NAME",
     "CannedClient",
+    "ChatClient",
     "Completion",
     "Conversation",
     "EmbeddedBackend",
@@ -89,6 +93,7 @@ __all__ = [
     "join_parts",
     "locate_parts",
     "make_client",
+    "resolve_client",
     "resolve_embedded_model",
     "smollm2_model_path",
     "validate_messages",

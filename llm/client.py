@@ -16,7 +16,15 @@ from typing import Any
 
 from ifgym.errors import ConfigError, NoChoicesError, ReplyTooLongError
 from ifgym.llm.config import LLMConfig, config_from_mapping, gen_params
-from ifgym.llm.conversation import _EPISODE_USAGE, Completion, Message, Usage, clean_surrogates, validate_messages
+from ifgym.llm.conversation import (
+    _EPISODE_USAGE,
+    ChatClient,
+    Completion,
+    Message,
+    Usage,
+    clean_surrogates,
+    validate_messages,
+)
 from ifgym.llm.embedded import EmbeddedBackend
 from ifgym.llm.http import HTTPBackend, ServerReply
 
@@ -211,3 +219,22 @@ def make_client(config: LLMConfig | Mapping[str, Any], role: str = "policy") -> 
     if isinstance(config, Mapping):
         return LLMClient(config_from_mapping(config), role)
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
+
+
+def resolve_client(
+    client: ChatClient | LLMConfig | Mapping[str, Any] | None, role: str, *, name: str = ""
+) -> ChatClient:
+    """A client as given, or one built for `role` from an LLMConfig, a mapping of its fields, or None (embedded).
+
+    `name` is the argument's name in the error (default `<role>_llm`, as the envs call their clients).
+    """
+    if client is None:
+        return make_client(LLMConfig(), role)
+    if isinstance(client, (LLMConfig, Mapping)):
+        return make_client(client, role)
+    if hasattr(client, "chat") and hasattr(client, "achat"):
+        return client
+    raise ConfigError(
+        f"{name or role + '_llm'} must be an LLMConfig, a mapping of its fields, a client with chat/achat, or None "
+        f"(the embedded model); got {client!r:.200}"
+    )

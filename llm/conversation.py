@@ -14,7 +14,7 @@ import re
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ifgym.errors import DataFormatError, did_you_mean
 
@@ -104,6 +104,21 @@ class Completion:
     retries: int = 0
     cleaned: int = 0
     truncated: bool = False
+
+
+class ChatClient(Protocol):
+    """What every room needs from a chat client: `LLMClient` and `CannedClient` both fit."""
+
+    model: str
+    usage: Usage
+
+    def chat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """Return one completion; `overrides` may set temperature, top_p, max_tokens, seed."""
+        ...
+
+    async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
+        """Async twin of chat."""
+        ...
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

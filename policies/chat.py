@@ -2,25 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from ifgym.errors import ConfigError, did_you_mean
-from ifgym.llm import GEN_KEYS, Completion, Message, Usage, make_client, validate_messages
+from ifgym.llm import GEN_KEYS, ChatClient, Completion, Message, Usage, make_client, validate_messages
 from ifgym.policies.base import Policy
-
-
-class ChatClient(Protocol):
-    """What ChatPolicy needs from a client: LLMClient and CannedClient both fit."""
-
-    usage: Any
-
-    def chat(self, messages: list[Message], **overrides: Any) -> Completion:
-        """Return one completion."""
-        ...
-
-    async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
-        """Return one completion (async)."""
-        ...
 
 
 class ChatPolicy(Policy):

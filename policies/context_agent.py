@@ -48,10 +48,11 @@ import numpy as np
 
 from ifgym.answers import json_object
 from ifgym.errors import ConfigError, DataFormatError
-from ifgym.llm import Message
+from ifgym.llm import Message, resolve_client
 from ifgym.policies.base import Policy
 from ifgym.policies.embeddings import Embedder, MiniLMEmbedder, make_embedder
 from ifgym.policies.wrapper import (
+    LIGHT,
     BaseCall,
     EmbedCall,
     Exchange,
@@ -60,7 +61,6 @@ from ifgym.policies.wrapper import (
     WrapperPolicy,
     check_int,
     clip,
-    resolve_light,
     split_transcript,
 )
 
@@ -230,7 +230,7 @@ class ContextAgent(WrapperPolicy):
             embedder = make_embedder(embedder)
         elif not callable(getattr(embedder, "encode", None)):
             raise ConfigError(f"embedder must have encode(texts), or be 'minilm' / 'hashing'; got {embedder!r:.200}")
-        super().__init__(base, resolve_light(light), embedder=embedder)
+        super().__init__(base, resolve_client(light, LIGHT, name="light"), embedder=embedder)
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not -1 <= theta <= 1:
             raise ConfigError(f"theta is a cosine similarity threshold in [-1, 1]; got {theta!r}")
         self.theta = float(theta)

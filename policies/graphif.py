@@ -66,9 +66,10 @@ from typing import Any
 
 from ifgym.answers import item_number, json_object
 from ifgym.errors import ConfigError, DataFormatError
-from ifgym.llm import Message
+from ifgym.llm import Message, resolve_client
 from ifgym.policies.base import Policy
 from ifgym.policies.wrapper import (
+    LIGHT,
     BaseCall,
     Exchange,
     LightCall,
@@ -77,7 +78,6 @@ from ifgym.policies.wrapper import (
     check_choice,
     check_int,
     clip,
-    resolve_light,
     split_transcript,
 )
 
@@ -503,7 +503,7 @@ class GraphIF(WrapperPolicy):
         view_chars: int = 300,
         linked_chars: int = 2000,
     ):
-        super().__init__(base, resolve_light(light))
+        super().__init__(base, resolve_client(light, LIGHT, name="light"))
         self.extraction = check_choice("GraphIF extraction", extraction, EXTRACTIONS)
         if not isinstance(explain_relations, bool):
             raise ConfigError(f"explain_relations must be True or False; got {explain_relations!r}")

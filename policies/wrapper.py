@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.llm import Completion, LLMConfig, Message, aconverse, converse, make_client, validate_messages, word_count
+from ifgym.llm import Completion, Message, aconverse, converse, validate_messages, word_count
 from ifgym.policies.base import Policy
 
 BASE, LIGHT = "base", "light"
@@ -151,17 +151,6 @@ def cost_summary(costs: Sequence[TurnCost]) -> dict[str, float]:
     out["seconds_per_turn"] = mean([c.seconds for c in costs])
     out["estimated_calls"] = sum(c.estimated_calls for c in costs)
     return out
-
-
-def resolve_light(light: Any) -> Any:
-    """A light-model client as given, or one built from an LLMConfig / mapping / None (None = embedded model)."""
-    if light is None:
-        return make_client(LLMConfig(), LIGHT)
-    if isinstance(light, (LLMConfig, Mapping)):
-        return make_client(light, LIGHT)
-    if hasattr(light, "chat") and hasattr(light, "achat"):
-        return light
-    raise ConfigError(f"light must be a client, an LLMConfig, a mapping of its fields, or None; got {light!r:.200}")
 
 
 def check_int(name: str, value: object, minimum: int) -> int:

@@ -33,24 +33,12 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from ifgym.answers import defang
 from ifgym.core import Verdict
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import ChatClient, Conversation, aconverse, converse
 
-__all__ = ["ChatClient", "Judge", "ask_until_complete", "quote_found", "unanswered", "unplaced_note"]
+__all__ = ["Judge", "ask_until_complete", "quote_found", "unanswered", "unplaced_note"]
 
 Message = dict[str, str]
 History = Sequence[Mapping[str, str]] | None  # the chat messages before the reply
-
-
-class ChatClient(Protocol):
-    """What a judge needs from a client (ifgym.llm.LLMClient, CannedClient)."""
-
-    model: str
-
-    def chat(self, messages: list[Message], **overrides: Any) -> Any:
-        """Return an object with a `.text` attribute (and token counts, when the backend reports them)."""
-
-    async def achat(self, messages: list[Message], **overrides: Any) -> Any:
-        """Async twin of chat."""
 
 
 class Judge:

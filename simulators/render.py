@@ -29,7 +29,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -38,13 +38,12 @@ from ifgym.core.catalog import FORMAT_NAMES
 from ifgym.core.constraints import Constraint
 from ifgym.core.wording import a, and_list, quote, times
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import ChatClient, Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Style, Topic
 
 __all__ = [
     "CHECKS",
     "RESTATE",
-    "ChatClient",
     "LLMRenderer",
     "RenderRequest",
     "RenderResult",
@@ -89,16 +88,6 @@ class RenderRequest:
     missed: tuple[str, ...] = ()
     forbidden_tokens: frozenset[str] = field(default_factory=frozenset)
     structure: str = ""  # what the turn does to earlier turns, in words (the composite user's StructFlow relation)
-
-
-class ChatClient(Protocol):
-    """What the LLM renderer needs from a client (ifgym.llm.LLMClient and CannedClient fit)."""
-
-    def chat(self, messages: list[Message], **overrides: Any) -> Any:
-        """Return an object with a `.text` attribute."""
-
-    async def achat(self, messages: list[Message], **overrides: Any) -> Any:
-        """Async twin of chat."""
 
 
 class Renderer(ABC):

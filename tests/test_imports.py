@@ -1,15 +1,17 @@
 """The import graph: no cycles (imports in functions and TYPE_CHECKING blocks included), and the rooms' rules.
 
 The graph is read from the source with `ast`: every `import` and `from … import` anywhere in a
-module is an edge to the module it names (`from ifgym.a import b` points at `ifgym.a.b` when that
-is a module, else at `ifgym.a`). Executing a submodule also runs its package's `__init__`, but that
-implicit step is not an edge: a package `__init__` that gathers its submodules is not a cycle.
+module, relative ones included, is an edge to the module it names (`from ifgym.a import b` points at
+`ifgym.a.b` when that is a module, else at `ifgym.a`). Executing a submodule also runs its package's
+`__init__`, but that implicit step is not an edge: a package `__init__` that gathers its submodules
+is not a cycle.
 
-Rooms (see each folder's `__init__` docstring): `core/` and `answers.py` are neutral (they use no
-room); `rewards/` uses nothing of `simulators/` (scoring does not depend on the user simulator);
-`policies/` nothing of `simulators/`, `rewards/` or `envs/` (the model under test sees only chat
-messages); `simulators/` and `rewards/` nothing of `envs/` or `policies/`. The rules hold for
-everything a room reaches, not only its own import lines.
+Rooms (see each folder's `__init__` docstring): `core/`, `answers.py` and `llm/` (the model client
+every room uses, with the one `ChatClient` protocol) are neutral (they use no room); `rewards/` uses
+nothing of `simulators/` (scoring does not depend on the user simulator); `policies/` nothing of
+`simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
+and `rewards/` nothing of `envs/` or `policies/`. The rules hold for everything a room reaches, not
+only its own import lines.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ SKIP = {"tests", "benchmarks", "build", "runs", "outputs"}
 RULES = {
     "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
     "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
+    "ifgym.llm": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
     "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies"),
     "ifgym.simulators": ("ifgym.envs", "ifgym.policies"),
     "ifgym.policies": ("ifgym.simulators", "ifgym.rewards", "ifgym.envs"),
@@ -49,6 +52,15 @@ def package_modules() -> dict[str, Path]:
     return {module_name(p): p for p in files}
 
 
+def absolute(node: ast.ImportFrom, module: str, path: Path) -> str:
+    """The module a `from … import` names, a relative one (`from ..a import b`) resolved against `module`."""
+    if not node.level:
+        return node.module or ""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+    return f"{base}.{node.module}" if node.module else base
+
+
 @functools.cache
 def import_graph() -> dict[str, set[str]]:
     modules = package_modules()
@@ -58,11 +70,9 @@ def import_graph() -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [
-                    f"{node.module}.{alias.name}" if f"{node.module}.{alias.name}" in modules else node.module
-                    for alias in node.names
-                ]
+            elif isinstance(node, ast.ImportFrom):
+                source = absolute(node, name, path)
+                targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in modules else source for a in node.names]
             else:
                 continue
             edges |= {t for t in targets if t in modules and t != name}
@@ -138,3 +148,29 @@ def test_find_cycle_finds_one():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert find_cycle(graph) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_relative_imports_are_resolved(tmp_path):
+    sample = tmp_path / "x.py"
+    cases = {
+        "from . import b": ("ifgym.envs.a", "ifgym.envs"),
+        "from .b import c": ("ifgym.envs.a", "ifgym.envs.b"),
+        "from ..llm import c": ("ifgym.envs.a", "ifgym.llm"),
+        "from .client import c": ("ifgym.llm", "ifgym.llm.client"),  # inside a package __init__
+    }
+    for source, (module, expected) in cases.items():
+        node = ast.parse(source).body[0]
+        where = Path("__init__.py") if module == "ifgym.llm" else sample
+        assert absolute(node, module, where) == expected, source
+
+
+@pytest.mark.parametrize("name", ["ChatClient", "resolve_client"])
+def test_one_definition_in_the_llm_package(name):
+    # every room takes a chat client the same way: one protocol, one resolver, in the neutral ifgym.llm
+    defined = sorted(
+        module
+        for module, path in package_modules().items()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name
+    )
+    assert len(defined) == 1 and in_room(defined[0], "ifgym.llm"), defined

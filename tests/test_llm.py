@@ -16,7 +16,7 @@ import pytest
 from support.canned_server import CannedServer
 
 from ifgym.errors import BackendError, ConfigError, DataFormatError
-from ifgym.llm import LLMClient, LLMConfig, Usage, make_client, validate_messages
+from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages
 
 HI = [{"role": "user", "content": "hello there"}]
 
@@ -354,3 +354,24 @@ def test_canned_server_stops_after_ttl():
         time.sleep(0.5)
         with pytest.raises(urllib.error.URLError):
             urllib.request.urlopen(url, timeout=1)
+
+
+# -- resolve_client: how every env and policy wrapper takes its clients ---------------------------
+
+
+def test_resolve_client_builds_from_a_config_or_passes_a_client_through():
+    canned = CannedClient(["x"])
+    assert resolve_client(canned, "user") is canned
+    built = resolve_client({"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": None}, "judge")
+    assert (type(built), built.role, built.backend, built.model) == (LLMClient, "judge", "http", "m")
+    config = LLMConfig(base_url="http://127.0.0.1:9/v1", model="n")
+    assert resolve_client(config, "light").config is config
+    embedded = resolve_client(None, "user")  # None: the embedded model (loaded on the first call, not here)
+    assert (embedded.role, embedded.backend, embedded.model) == ("user", "embedded", "qwen2.5-coder-1.5b")
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [({}, "user_llm must be"), ({"name": "light"}, "light must be")])
+def test_resolve_client_names_the_argument_it_refuses(kwargs, named):
+    with pytest.raises(ConfigError, match=named) as err:
+        resolve_client("gpt-4o", "user", **kwargs)
+    assert "'gpt-4o'" in str(err.value) and "LLMConfig" in str(err.value)
