@@ -48,6 +48,10 @@ class ConfigError(IfgymError, ValueError):
     """A configuration value is missing or wrong."""
 
 
+class AsyncWrapperError(ConfigError):
+    """`arollout` met an env wrapper it cannot apply asynchronously (no astep/areset, no gymnasium wrapper it knows)."""
+
+
 class BackendError(IfgymError, RuntimeError):
     """A model backend is missing, unreachable, or does not serve the requested model."""
 

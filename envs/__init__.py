@@ -1,6 +1,7 @@
 """The dialogue envs and the loops that run policies in them."""
 
 from ifgym import lazy_submodules
+from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.rollout import (
     EpisodeLog,
@@ -26,6 +27,8 @@ __all__ = [
     "ReplySpace",
     "arollout",
     "arun",
+    "async_reset",
+    "async_step",
     "iter_records",
     "read_episodes",
     "rollout",

@@ -30,6 +30,7 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from ifgym.core import Episode
+from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm import count_episode_usage
@@ -61,12 +62,14 @@ def rollout(env: gym.Env, policy: Any, *, seed: int | None = None, options: dict
 
 
 async def arollout(env: gym.Env, policy: Any, *, seed: int | None = None, options: dict | None = None) -> Episode:
-    """Async twin of `rollout`: awaits the policy's `aact` and the env's `astep`."""
-    base = env.unwrapped
+    """Async twin of `rollout`: awaits the policy's `aact` and the env's `astep`, through every wrapper of `env`.
+
+    A wrapper that cannot be applied asynchronously raises AsyncWrapperError (see `async_wrappers`).
+    """
     policy.reset()
-    obs, _ = await base.areset(seed=seed, options=options)
+    obs, _ = await async_reset(env, seed=seed, options=options)
     while True:
-        obs, _, terminated, truncated, _ = await base.astep(await policy.aact(obs))
+        obs, _, terminated, truncated, _ = await async_step(env, await policy.aact(obs))
         if terminated or truncated:
             return _finish(env, policy)
 
