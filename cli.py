@@ -377,7 +377,7 @@ def _claim_run_folder(out: Path) -> None:
     summary = out.parent / "summary.json"
     if summary.exists():
         owner = json.loads(summary.read_text(encoding="utf-8")).get("output")
-        if owner not in (None, str(out)):
+        if owner is not None and Path(owner).resolve() != out.resolve():  # one file, however it was written
             raise ConfigError(
                 f"{out.parent} already holds the summary and plots of {owner}; give this run its own folder "
                 f"(e.g. output={out.parent / out.stem / 'episodes.jsonl'})"
@@ -1049,7 +1049,7 @@ def merge_runs(args: list[str]) -> int:
     if not args or any(a.startswith("-") for a in args):
         print("usage: ifgym merge RUN_FOLDER | SHARD_FILE.jsonl [SHARD_FILE.jsonl ...]", file=sys.stderr)
         return 2
-    run_file, shards = shards_of([Path(a).expanduser() for a in args])
+    run_file, shards = shards_of([Path(a).expanduser().absolute() for a in args])  # as Hydra's run folders are
     folder = run_file.parent
     records = {}
     for shard, path in shards:

@@ -11,6 +11,7 @@ it, and so does the next unsharded run into the folder (the shards' seeds count 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -76,7 +77,7 @@ def run_file_of(shard_file: Path) -> Path:
 def shard_files(run_file: Path) -> list[tuple[Shard, Path]]:
     """The shard files beside `run_file` (of any shard count), in order of count, then index."""
     found = []
-    for path in run_file.parent.glob(f"{run_file.stem}.shard-*-of-*{run_file.suffix}"):
+    for path in run_file.parent.glob(f"{glob.escape(run_file.stem)}.shard-*-of-*{glob.escape(run_file.suffix)}"):
         shard = _shard_of(path)
         if shard is not None and run_file_of(path) == run_file:
             found.append((shard, path))

@@ -193,3 +193,15 @@ def test_merge_names_what_it_was_given_wrong(tmp_path, capsys):
 def test_a_shard_without_seeds_is_refused(capsys):
     assert main([*RUN, "episodes=2", "shard=2/3"]) == 2
     assert "shard=2/3 has no seeds" in capsys.readouterr().err
+
+
+def test_merge_then_the_same_command_in_the_default_run_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Hydra's run folder: runs/<env>-<run_key>/ under the working directory
+    args = [*RUN, "episodes=2", "plots=false"]
+    for shard in ("shard=0/2", "shard=1/2"):
+        assert main([*args, shard]) == 0
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert main(["merge", f"runs/{folder.name}"]) == 0  # a relative path, where Hydra's folders are absolute
+    merged = (folder / "episodes.jsonl").read_text()
+    assert main(args) == 0  # the same command again: the merged run is its own, nothing to play
+    assert (folder / "episodes.jsonl").read_text() == merged
