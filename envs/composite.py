@@ -240,10 +240,7 @@ class CompositeEnv(ChatEnv):
         self._episode.meta["composite"] = self.protocol()
 
     def _record_start(self) -> None:
-        persona = self.user.persona
-        flow = self.user.flow
-        self._episode.meta["persona"] = persona.to_json() if persona else None
-        self._episode.meta["structure"] = {"template": flow.id, "flow": flow.to_json()} if flow else None
+        self._episode.meta.update(self.user.episode_meta())
 
     def _turn_info(self) -> dict[str, Any]:
         info = super()._turn_info()

@@ -263,22 +263,21 @@ class FlexBenchEnv(ChatEnv):
         }
 
     def _record_start(self) -> None:
-        meta = self._episode.meta["flexbench"]
-        meta["cooperativeness"] = self.user.persona.profile.level
-        meta["facts"] = dict(self.user.facts)
+        caller = self.user.episode_meta()
+        self._episode.meta["flexbench"].update(cooperativeness=caller["cooperativeness"], facts=caller["facts"])
 
     def _record_end(self) -> None:
         meta = self._episode.meta["flexbench"]
-        meta["final_user_message"] = self.user.final_message
+        meta["final_user_message"] = self.user.episode_meta()["final_user_message"]
         meta["scores"] = self.rubric.last.to_json()  # the final trace is always judged
 
     def _patience(self) -> int | None:
-        return self.user.patience  # the caller's own
+        return self.user.episode_meta()["patience"]  # the caller's own
 
     def _turn_info(self) -> dict[str, Any]:
         info = super()._turn_info()
         info["sop"] = self.sop.name
-        info["cooperativeness"] = self.user.persona.profile.level if self.user.persona else None
+        info["cooperativeness"] = self.user.episode_meta()["cooperativeness"]
         return info
 
     def _scoring_spec(self, spec: TurnSpec) -> TurnSpec:

@@ -210,6 +210,7 @@ class StructFlowEnv(ChatEnv):
                 llm = LLMDialogueGenerator(resolve_client(user_llm, "user"), **options)
                 user = StructFlowUser(generator=llm, fallback=offline)
         self.context = context
+        self.replayed = len(dialogues) if dataset is not None else 0  # a replay picks dialogue seed % replayed
         self.dataset = str(dataset) if dataset is not None else None
         judge_obj = (
             ChecklistJudge(
@@ -235,22 +236,12 @@ class StructFlowEnv(ChatEnv):
 
     # --- choosing the dialogue -------------------------------------------------------------------
     def _reset_options(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
-        if self.user.dialogues and seed is not None and not (options and "dialogue" in options):
-            return {**(options or {}), "dialogue": seed % len(self.user.dialogues)}
+        if self.replayed and seed is not None and not (options and "dialogue" in options):
+            return {**(options or {}), "dialogue": seed % self.replayed}
         return options
 
     def _record_start(self) -> None:
-        d = self.user.dialogue
-        self._episode.meta["dialogue"] = {
-            "id": d.id,
-            "task": d.task_name,
-            "user_type": d.user_type,
-            "topic": d.topic,
-            "structure": d.flow.to_json() if d.flow else None,  # None: the file states no structure (GraphIF)
-            "source": d.source,
-            "context": self.context,
-            **({"template": d.meta["template"]} if "template" in d.meta else {}),
-        }
+        self._episode.meta["dialogue"] = {**self.user.episode_meta(), "context": self.context}
 
     # --- turn mechanics ----------------------------------------------------------------------------
     def _history_reply(self, reply: str) -> str:

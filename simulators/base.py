@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,14 @@ class UserSimulator(ABC):
     @property
     def stats(self) -> dict[str, int | float]:
         """Counters for logging (renders, LLM fallbacks, regenerations …); empty by default."""
+        return {}
+
+    def episode_meta(self) -> dict[str, Any]:
+        """What this user contributes to the episode record (the env reads it, never the user's internals).
+
+        Users with per-episode draws return them (a persona, sampled facts, the dialogue played,
+        their last words, a patience of their own); empty by default.
+        """
         return {}
 
     @property

@@ -534,6 +534,14 @@ class CompositeUser(UserSimulator):
         """The renderer's counters for this episode (renders; with the LLM user: calls, regenerations, fallbacks …)."""
         return dict(self.renderer.stats)
 
+    def episode_meta(self) -> dict[str, Any]:
+        """The episode's persona and structure (template and flow); None for an axis that is off."""
+        persona, flow = self.persona, self.flow
+        return {
+            "persona": persona.to_json() if persona else None,
+            "structure": {"template": flow.id, "flow": flow.to_json()} if flow else None,
+        }
+
     @property
     def persona(self) -> Persona | None:
         """The episode's persona (None with the persona axis off)."""

@@ -343,6 +343,18 @@ def test_the_call_ends_when_the_assistant_closes_it():
     assert texts[-1] == "<end:assistant_closed>" and user.end_reason == "assistant_closed"
 
 
+def test_the_episode_meta_says_what_the_env_records():
+    # a poor caller (patience 2) pinned to in_charge=no; two idle turns: one point left, then it hangs up
+    user = ScriptedUser("merchant_onboarding", cooperativeness="poor")
+    play(user, 0, ["Hmm."], {"facts": {"in_charge": "no"}})
+    meta = user.episode_meta()
+    assert (meta["cooperativeness"], meta["facts"]["in_charge"], meta["patience"]) == ("poor", "no", 1)
+    assert meta["final_user_message"] is None  # the call goes on
+    _, texts = play(user, 0, ["Hmm.", "Hmm."], {"facts": {"in_charge": "no"}})
+    assert texts[-1] == "<end:user_lost_patience>" and user.episode_meta()["patience"] == 0
+    assert "[hangs up]" in user.episode_meta()["final_user_message"]
+
+
 def test_asking_a_deflected_question_again_costs_no_patience():
     # seed 5: the poor caller deflects the ID question ("Who did you say you were again?"); asking it
     # again word for word is the right move, not a wasted turn

@@ -126,6 +126,15 @@ class FlexBenchUser(UserSimulator):
     def stats(self) -> dict[str, int | float]:
         return dict(self._stats)
 
+    def episode_meta(self) -> dict[str, Any]:
+        """The caller's cooperativeness and facts, its last words once the call is over, and its patience left."""
+        return {
+            "cooperativeness": self.persona.profile.level if self.persona else None,
+            "facts": dict(self.facts),
+            "final_user_message": self.final_message,
+            "patience": self.patience,
+        }
+
     def _count(self, key: str, n: int = 1) -> None:
         self._stats[key] = self._stats.get(key, 0) + n
 

@@ -135,6 +135,21 @@ class StructFlowUser(UserSimulator):
         self._stats["played"] = self._next
         return UserTurn(self.dialogue.turns[k].prompt, self.dialogue.spec(k))
 
+    def episode_meta(self) -> dict[str, Any]:
+        """The dialogue played: id, task, user type, topic, structure (None: the file states none), source."""
+        d = self.dialogue
+        if d is None:
+            return {}
+        return {
+            "id": d.id,
+            "task": d.task_name,
+            "user_type": d.user_type,
+            "topic": d.topic,
+            "structure": d.flow.to_json() if d.flow else None,  # None: the file states no structure (GraphIF)
+            "source": d.source,
+            **({"template": d.meta["template"]} if "template" in d.meta else {}),
+        }
+
     @property
     def stats(self) -> dict[str, int | float]:
         """Per-episode counters: turns and played.
