@@ -27,6 +27,13 @@ class UnknownNameError(IfgymError, KeyError):
     def __str__(self) -> str:  # KeyError would quote the whole message
         return str(self.args[0])
 
+    @classmethod
+    def check(cls, *names: tuple[str, object, Iterable[str]]) -> None:
+        """Raise for the first (kind, name, allowed) whose name is not allowed, in the order given."""
+        for kind, name, allowed in names:
+            if name not in tuple(allowed):
+                raise cls(kind, name, allowed)
+
 
 class ConstraintParamsError(IfgymError, ValueError):
     """A constraint's params are missing, extra, or out of range."""

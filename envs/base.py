@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +18,7 @@ from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
 from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
+from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
 from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -62,21 +63,18 @@ class ChatEnv(gym.Env[list, str]):
         *,
         user: UserSimulator,
         scorer: TurnScorer,
-        patience: int | None = 3,
-        max_turns: int | None = 20,
-        reward: str = "fraction",
-        reward_weights: Mapping[str, float] | None = None,
         rubric: Rubric | None = None,
+        max_turns: int | None = 20,
         system_prompt: str | None = None,
         max_reply_chars: int = 100_000,
         render_mode: str | None = None,
     ):
-        """`patience`, `reward` and `reward_weights` make the default `VerdictRubric`; `rubric` replaces it."""
+        """`rubric=None` is `VerdictRubric()`: the fraction reward with patience 3."""
         if max_turns is not None and (not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1):
             raise ConfigError(f"max_turns must be a positive int or None, got {max_turns!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.rubric = rubric if rubric is not None else VerdictRubric(reward, reward_weights, patience)
+        self.rubric = rubric if rubric is not None else VerdictRubric()
         self.user = user
         self.scorer = scorer
         self.max_turns = max_turns
@@ -286,22 +284,20 @@ class ChatEnv(gym.Env[list, str]):
         """What a run of this env measures: its settings, and `deviations` from the paper's protocol (envs override)."""
         return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}
 
-    @staticmethod
-    def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
-        """Headline metrics of this env over finished episodes (EvolIF's by default; envs override)."""
-        from ifgym.rewards.evolif_metrics import summarize
-
-        return summarize(episodes, loose=loose)
+    summarize = staticmethod(evolif_summarize)  # this env's headline metrics over finished episodes (envs override)
 
     # --- rendering -----------------------------------------------------------------------------
     def render(self) -> str | None:
         """With render_mode='ansi', the transcript so far with each turn's verdicts."""
         if self.render_mode != "ansi":
             return None
-        lines: list[str] = []
-        for t in self._episode.turns if self._episode else []:
-            lines.append(f"[{t.index}] USER: {t.user}")
-            lines.append(f"[{t.index}] MODEL: {t.reply}")
-            for c, v in zip(t.spec.constraints, t.verdicts, strict=True):
-                lines.append(f"    {v.label:7} {c.id}: {v.reason}")
-        return "\n".join(lines)
+        return "\n".join(self._render_lines())
+
+    def _render_lines(self) -> list[str]:
+        return [line for t in (self._episode.turns if self._episode else []) for line in self._render_turn(t)]
+
+    def _render_turn(self, t: TurnRecord) -> list[str]:
+        """One turn of the transcript: the request, the reply, each constraint's verdict."""
+        lines = [f"[{t.index}] USER: {t.user}", f"[{t.index}] MODEL: {t.reply}"]
+        lines += [f"    {v.label:7} {c.id}: {v.reason}" for c, v in zip(t.spec.constraints, t.verdicts, strict=True)]
+        return lines

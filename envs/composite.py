@@ -6,13 +6,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode
+from ifgym.core import TurnRecord
 from ifgym.core.constraints import JUDGED_GROUPS, RULE_GROUPS
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.composite import HEADLINE
+from ifgym.rewards.composite import summarize as composite_summarize
+from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 
 RENDERERS = ("template", "llm")
@@ -140,14 +142,13 @@ class CompositeEnv(ChatEnv):
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
         from ifgym.simulators.composite import CompositeUser
 
-        if renderer not in RENDERERS:
-            raise UnknownNameError("renderer", renderer, RENDERERS)
-        if judge not in JUDGES:
-            raise UnknownNameError("judge", judge, JUDGES)
-        if judge_mode not in CHECKLIST_MODES:
-            raise UnknownNameError("judge_mode", judge_mode, CHECKLIST_MODES)
-        if checker_semantics not in SEMANTICS:
-            raise UnknownNameError("checker_semantics", checker_semantics, SEMANTICS)
+        UnknownNameError.check(
+            ("renderer", renderer, RENDERERS),
+            ("judge", judge, JUDGES),
+            ("judge_mode", judge_mode, CHECKLIST_MODES),
+            ("checker_semantics", checker_semantics, SEMANTICS),
+        )
+        rubric = VerdictRubric(reward, reward_weights, patience)
         fields = dict(tracker or {})
         judged = sorted(set(fields.get("groups") or ()) & set(JUDGED_GROUPS))
         if judged:
@@ -201,10 +202,8 @@ class CompositeEnv(ChatEnv):
         super().__init__(
             user=user,
             scorer=scorer,
-            patience=patience,
+            rubric=rubric,
             max_turns=max_turns,
-            reward=reward,
-            reward_weights=reward_weights,
             system_prompt=system_prompt,
             max_reply_chars=max_reply_chars,
             render_mode=render_mode,
@@ -253,24 +252,12 @@ class CompositeEnv(ChatEnv):
         return info
 
     # --- metrics -------------------------------------------------------------------------------------
-    @staticmethod
-    def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
-        """EvolIF's metrics over the constraints, StructFlow's over the checklist, and the cross tables."""
-        from ifgym.rewards.composite import summarize
+    summarize = staticmethod(composite_summarize)  # EvolIF's metrics, StructFlow's, and the cross tables
 
-        return summarize(episodes, loose=loose)
-
-    def render(self) -> str | None:
-        """With render_mode='ansi', the transcript so far with every checklist item's verdict."""
-        if self.render_mode != "ansi":
-            return None
-        lines: list[str] = []
-        for t in self._episode.turns if self._episode else []:
-            relation = t.spec.meta.get("relation") or t.spec.move
-            lines.append(f"[{t.index} | {relation}] USER: {t.user}")
-            lines.append(f"[{t.index}] MODEL: {t.reply}")
-            for item, v in zip(t.spec.checklist, t.verdicts, strict=True):
-                lines.append(
-                    f"    {v.label:7} [{item.type}] {item.constraint.id if item.constraint else item.question}"
-                )
-        return "\n".join(lines)
+    def _render_turn(self, t: TurnRecord) -> list[str]:
+        """One turn: its relation, the request, the reply, every checklist item's verdict."""
+        relation = t.spec.meta.get("relation") or t.spec.move
+        lines = [f"[{t.index} | {relation}] USER: {t.user}", f"[{t.index}] MODEL: {t.reply}"]
+        for item, v in zip(t.spec.checklist, t.verdicts, strict=True):
+            lines.append(f"    {v.label:7} [{item.type}] {item.constraint.id if item.constraint else item.question}")
+        return lines

@@ -16,6 +16,7 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.rubric import VerdictRubric
 
 RENDERERS = ("template", "llm")
 JUDGES = ("rules", "llm")
@@ -149,24 +150,20 @@ class EvolIFEnv(ChatEnv):
         from ifgym.rewards.evolif_judge import MODES, EvolIFJudge
         from ifgym.simulators import EvolIFUser, ReplayUser, TrackerConfig
 
-        if renderer not in RENDERERS:
-            raise UnknownNameError("renderer", renderer, RENDERERS)
-        if judge not in JUDGES:
-            raise UnknownNameError("judge", judge, JUDGES)
-        if checker_semantics not in SEMANTICS:
-            raise UnknownNameError("checker_semantics", checker_semantics, SEMANTICS)
-        if judge_mode not in MODES:
-            raise UnknownNameError("judge_mode", judge_mode, MODES)
+        UnknownNameError.check(
+            ("renderer", renderer, RENDERERS),
+            ("judge", judge, JUDGES),
+            ("checker_semantics", checker_semantics, SEMANTICS),
+            ("judge_mode", judge_mode, MODES),
+        )
         self.checker_semantics = checker_semantics
         # an LLM user or judge makes episodes nondeterministic: record them under the LLM id
         name = env_name or self.env_name
         if "llm" in (renderer, judge) and name.startswith("ifgym/EvolIF-v"):
             name = name.replace("ifgym/EvolIF-", "ifgym/EvolIF-LLM-", 1)
         self.env_name = name
-        if reward_weights:
-            for group in reward_weights:
-                if group not in GROUPS:
-                    raise UnknownNameError("reward_weights group", group, GROUPS)
+        UnknownNameError.check(*(("reward_weights group", group, GROUPS) for group in reward_weights or ()))
+        rubric = VerdictRubric(reward, reward_weights, patience)
         self.script = script
         if script is not None:
             ignored = [
@@ -224,10 +221,8 @@ class EvolIFEnv(ChatEnv):
         super().__init__(
             user=user,
             scorer=scorer,
-            patience=patience,
+            rubric=rubric,
             max_turns=max_turns,
-            reward=reward,
-            reward_weights=reward_weights,
             system_prompt=system_prompt,
             max_reply_chars=max_reply_chars,
             render_mode=render_mode,

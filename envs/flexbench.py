@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode, TurnSpec
+from ifgym.core import Episode, TurnRecord, TurnSpec
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
@@ -28,6 +28,7 @@ from ifgym.rewards.flexbench import (
     write_report,
 )
 from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
+from ifgym.rewards.flexbench import summarize as flex_summarize
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
 USERS = ("scripted", "llm")
@@ -151,12 +152,9 @@ class FlexBenchEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        if user not in USERS:
-            raise UnknownNameError("user", user, USERS)
-        if judge not in JUDGES:
-            raise UnknownNameError("judge", judge, JUDGES)
-        if judge_mode not in DIMENSION_MODES:
-            raise UnknownNameError("judge_mode", judge_mode, DIMENSION_MODES)
+        UnknownNameError.check(
+            ("user", user, USERS), ("judge", judge, JUDGES), ("judge_mode", judge_mode, DIMENSION_MODES)
+        )
         FlexBenchRubric.check_settings(reward, end_weight, judge_every_turn)
         if user == "llm" and judge == "rules":
             # the offline rules see a branch's precondition through the scripted caller's own wording;
@@ -288,12 +286,7 @@ class FlexBenchEnv(ChatEnv):
     loose_metrics = False  # dimension verdicts have no loose variant: `ifgym eval` prints strict only
     headline_metrics = FLEX_HEADLINE
 
-    @staticmethod
-    def summarize(episodes, loose: bool = False) -> dict[str, float]:
-        """Coverage, Achievement, Compliance (n/a = NaN), score, per-dimension pass rates and end reasons."""
-        from ifgym.rewards.flexbench import summarize
-
-        return summarize(episodes, loose=loose)
+    summarize = staticmethod(flex_summarize)  # Coverage, Achievement, Compliance (n/a = NaN), score, per dimension
 
     def write_report(
         self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
@@ -308,14 +301,9 @@ class FlexBenchEnv(ChatEnv):
             out["dimensions"] = self.dimensions.save(Path(folder) / f"{self.sop.name}{DIMENSIONS_SUFFIX}")
         return out
 
-    def render(self) -> str | None:
-        """With render_mode='ansi': the call so far, then the latest per-dimension labels and scores."""
-        if self.render_mode != "ansi":
-            return None
-        lines = [f"[opening] ASSISTANT: {self.sop.opening_line}"]
-        for t in self._episode.turns if self._episode else []:
-            lines.append(f"[{t.index}] CALLER: {t.user}")
-            lines.append(f"[{t.index}] ASSISTANT: {t.reply}")
+    def _render_lines(self) -> list[str]:
+        """The call so far, then the latest per-dimension labels and scores."""
+        lines = [f"[opening] ASSISTANT: {self.sop.opening_line}", *super()._render_lines()]
         if self.rubric.last is not None:
             s = self.rubric.last
             for d in self.dimensions.dimensions:
@@ -323,4 +311,7 @@ class FlexBenchEnv(ChatEnv):
             achievement = "n/a" if math.isnan(s.achievement) else f"{s.achievement:.3f}"
             compliance = "n/a" if math.isnan(s.compliance) else f"{s.compliance:.3f}"
             lines.append(f"    coverage {s.coverage:.3f}  achievement {achievement}  compliance {compliance}")
-        return "\n".join(lines)
+        return lines
+
+    def _render_turn(self, t: TurnRecord) -> list[str]:
+        return [f"[{t.index}] CALLER: {t.user}", f"[{t.index}] ASSISTANT: {t.reply}"]

@@ -6,12 +6,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode
+from ifgym.core import TurnRecord
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
+from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
+from ifgym.rewards.structflow import summarize as structflow_summarize
 
 CONTEXTS = ("golden", "own")
 GENERATORS = ("template", "llm")
@@ -153,14 +155,14 @@ class StructFlowEnv(ChatEnv):
             load_dataset,
         )
 
-        if generator not in GENERATORS:
-            raise UnknownNameError("generator", generator, GENERATORS)
-        if judge not in JUDGES:
-            raise UnknownNameError("judge", judge, JUDGES)
-        if judge_mode not in CHECKLIST_MODES:
-            raise UnknownNameError("judge_mode", judge_mode, CHECKLIST_MODES)
-        if context is not None and context not in CONTEXTS:
-            raise UnknownNameError("context", context, CONTEXTS)
+        UnknownNameError.check(
+            ("generator", generator, GENERATORS),
+            ("judge", judge, JUDGES),
+            ("judge_mode", judge_mode, CHECKLIST_MODES),
+        )
+        if context is not None:
+            UnknownNameError.check(("context", context, CONTEXTS))
+        rubric = VerdictRubric(reward, reward_weights, patience)
         if not isinstance(allow_unjudged, bool):
             raise ConfigError(f"allow_unjudged must be True or False, got {allow_unjudged!r}")
         if env_name:
@@ -225,10 +227,8 @@ class StructFlowEnv(ChatEnv):
         super().__init__(
             user=user,
             scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items),
-            patience=patience,
+            rubric=rubric,
             max_turns=max_turns,
-            reward=reward,
-            reward_weights=reward_weights,
             system_prompt=system_prompt,
             max_reply_chars=max_reply_chars,
             render_mode=render_mode,
@@ -269,23 +269,12 @@ class StructFlowEnv(ChatEnv):
     # --- metrics -------------------------------------------------------------------------------------
     headline_metrics = STRUCTFLOW_HEADLINE
 
-    @staticmethod
-    def summarize(episodes: list[Episode], loose: bool = False) -> dict[str, float]:
-        """StructFlowBench's metrics (CSR, ISR, WCSR, DRFR and breakdowns) of finished episodes."""
-        from ifgym.rewards.structflow import summarize
-
-        return summarize(episodes, loose=loose)
+    summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
 
     # --- rendering -------------------------------------------------------------------------------------
-    def render(self) -> str | None:
-        """With render_mode='ansi', the transcript so far with each checklist item's verdict."""
-        if self.render_mode != "ansi":
-            return None
-        lines: list[str] = []
-        for t in self._episode.turns if self._episode else []:
-            relation = t.spec.meta.get("relation") or "first turn"
-            lines.append(f"[{t.spec.meta.get('turn_name', t.index)} | {relation}] USER: {t.user}")
-            lines.append(f"MODEL: {t.reply}")
-            for item, v in zip(t.spec.checklist, t.verdicts, strict=True):
-                lines.append(f"    {v.label:7} [{item.type}] {item.question}")
-        return "\n".join(lines)
+    def _render_turn(self, t: TurnRecord) -> list[str]:
+        """One turn: its name and relation, the request, the reply, each checklist item's verdict."""
+        relation = t.spec.meta.get("relation") or "first turn"
+        lines = [f"[{t.spec.meta.get('turn_name', t.index)} | {relation}] USER: {t.user}", f"MODEL: {t.reply}"]
+        lines += [f"    {v.label:7} [{i.type}] {i.question}" for i, v in zip(t.spec.checklist, t.verdicts, strict=True)]
+        return lines
