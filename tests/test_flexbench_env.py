@@ -93,29 +93,82 @@ def test_branches_follow_the_facts():
     assert (b[shopify_steps], b[ask_owner]) == ("unknown", "yes")
 
 
-@pytest.mark.parametrize("mode", ["turn", "episode", "both"])
-def test_reward_modes(mode):
-    env = gym.make("ifgym/FlexBench-v0", sop=MERCHANT, reward=mode, end_weight=2.0)
-    policy = Policy(AGENTS[MERCHANT]())
-    policy.reset()
-    obs, _ = env.reset(seed=3)
-    rewards, infos, done = [], [], False
-    while not done:
-        obs, r, term, trunc, info = env.step(policy.act(obs))
-        rewards.append(r)
-        infos.append(info)
-        done = term or trunc
-    n = len(load_dimensions(MERCHANT).dimensions)
-    newly = sum(len(i["newly_satisfied"]) for i in infos) - sum(len(i["newly_broken"]) for i in infos)
-    scores = episode_scores(env.unwrapped.episode)
-    end = scores.coverage if math.isnan(scores.achievement) else (scores.coverage + scores.achievement) / 2
-    if mode == "turn":
-        assert sum(rewards) == pytest.approx(newly / n) and sum(rewards) <= 1.0
-    elif mode == "episode":
-        assert rewards[:-1] == [0.0] * (len(rewards) - 1) and rewards[-1] == pytest.approx(2.0 * end)
-    else:
-        assert sum(rewards) == pytest.approx(newly / n + 2.0 * end)
-    assert infos[-1]["episode_score" if mode != "turn" else "coverage"] is not None
+# Six dimensions the rules decide from plain words: four base actions, two always-on rules
+TOY_DIMENSIONS = {
+    "schema": "ifgym.flexbench.dimensions/v1",
+    "sop": MERCHANT,
+    "dimensions": [
+        {
+            "id": "greet",
+            "criterion": "Welcomes the caller?",
+            "precondition": None,
+            "rule": {"evidence": [r"\bwelcome\b"]},
+        },
+        {
+            "id": "verify",
+            "criterion": "Verifies identity?",
+            "precondition": None,
+            "rule": {"evidence": [r"\bverify\b"]},
+        },
+        {
+            "id": "platform",
+            "criterion": "Asks the platform?",
+            "precondition": None,
+            "rule": {"evidence": [r"\bplatform\b"]},
+        },
+        {"id": "fee", "criterion": "States the fee?", "precondition": None, "rule": {"evidence": [r"\bfee\b"]}},
+        {
+            "id": "no_discount",
+            "criterion": "Never offers a discount?",
+            "precondition": "always",
+            "rule": {"violation": [r"\bdiscount\b"]},
+        },
+        {"id": "short", "criterion": "Under 40 words?", "precondition": "always", "rule": {"max_words": 40}},
+    ],
+}
+TOY_REPLIES = [
+    "Welcome to the merchant team.",  # greet: 1 of 6 newly satisfied
+    "I need to verify your identity and ask which platform you use.",  # verify, platform: 2 of 6
+    "We can offer you a discount.",  # no_discount broken: -1 of 6
+    "Our fee is two percent.",  # fee: 1 of 6; the last allowed turn
+]
+
+
+def _toy_call(**kwargs):
+    env = gym.make(
+        "ifgym/FlexBench-v0", sop=MERCHANT, dimensions=TOY_DIMENSIONS, cooperativeness="good", max_turns=4, **kwargs
+    )
+    env.reset(seed=0)
+    steps = [env.step(reply) for reply in TOY_REPLIES]
+    return [s[1] for s in steps], [s[4] for s in steps], steps[-1]
+
+
+def test_turn_rewards_of_a_scripted_call_with_known_verdicts():
+    rewards, infos, (_, _, term, trunc, info) = _toy_call(reward="turn")
+    assert rewards == pytest.approx([0.166667, 0.333333, -0.166667, 0.166667], abs=1e-6)
+    assert [i["newly_satisfied"] for i in infos] == [["greet"], ["verify", "platform"], [], ["fee"]]
+    assert [i["newly_broken"] for i in infos] == [[], [], ["no_discount"], []]
+    assert (term, trunc, info["done_reason"]) == (False, True, "max_turns") and "episode_score" not in info
+
+
+def test_the_episode_reward_comes_at_the_end():
+    # the final trace: 4 of 4 base actions (coverage 1, no branch: achievement n/a), 1 of 2 rules kept
+    # (compliance 0.5): episode score 0.5, times end_weight 2
+    rewards, infos, (_, _, _, _, info) = _toy_call(reward="episode", end_weight=2.0)
+    assert rewards == [0.0, 0.0, 0.0, 1.0] and info["episode_score"] == 0.5
+    both, _, _ = _toy_call(reward="both", end_weight=2.0)
+    assert both == pytest.approx([0.166667, 0.333333, -0.166667, 1.166667], abs=1e-6)
+    end_only, infos, _ = _toy_call(reward="episode", end_weight=2.0, judge_every_turn=False)
+    assert end_only == [0.0, 0.0, 0.0, 1.0] and [i["reward_defined"] for i in infos] == [False, False, False, True]
+
+
+def test_a_reply_that_closes_the_call_on_the_last_turn_ends_it_properly():
+    env = gym.make("ifgym/FlexBench-v0", sop=MERCHANT, dimensions=TOY_DIMENSIONS, cooperativeness="good", max_turns=1)
+    env.reset(seed=0)
+    _, reward, term, trunc, info = env.step("Welcome aboard, thanks for your time. Goodbye!")
+    assert (term, trunc, info["done_reason"]) == (True, False, "assistant_closed")
+    # greet newly satisfied (1/6); all 1 base of 4 attempted, both rules kept: score 0.25
+    assert reward == pytest.approx(0.166667 + 0.25, abs=1e-6)
 
 
 def _play(env, agent, seed=0):

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from ifgym.core import Verdict
+from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.rewards.evolif_scorer import EvolIFScorer
 from ifgym.rewards.flexbench import FlexBenchRubric, load_dimensions
-from ifgym.rewards.rubric import Ending, Grade, Rubric, VerdictRubric
+from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import Scores
+from ifgym.simulators.replay import ReplayUser
+
+DIALOGUE = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"
 
 
 def scores(labels: str, groups: str | None = None) -> Scores:
@@ -175,3 +181,36 @@ def test_flexbench_end_rule_and_judging_schedule():
 def test_flexbench_rubric_refuses_bad_settings(kwargs, error, fragment):
     with pytest.raises(error, match=fragment):
         FlexBenchRubric(DIMS, **kwargs)
+
+
+# --- a rubric plugged into the env's loop ------------------------------------------------------------------
+
+
+class CountYesUntilAFailure(Rubric):
+    """A toy task: one point per yes verdict; the first turn with a no ends the dialogue."""
+
+    def __init__(self) -> None:
+        self.patience = Patience(None)
+        self.failed = False
+
+    def reset(self) -> None:
+        super().reset()
+        self.failed = False
+
+    def grade(self, scores: Scores | None) -> Grade:
+        yes = sum(v.label == "yes" for v in scores.strict)
+        self.failed = any(v.label == "no" for v in scores.strict)
+        return Grade(float(yes), True, info={"yes": yes})
+
+    def end(self, reply: str, last_turn: bool) -> Ending | None:
+        return Ending("first_failure") if self.failed else super().end(reply, last_turn)
+
+
+def test_the_env_loop_runs_any_rubric():
+    env = ChatEnv(user=ReplayUser(DIALOGUE), scorer=EvolIFScorer(None), rubric=CountYesUntilAFailure())
+    env.reset(seed=0)
+    _, reward, term, trunc, info = env.step("Roof bees need a calm hive.")  # turn 1 asks: start with 'R'
+    assert (reward, term, trunc, info["yes"], info["done_reason"]) == (1.0, False, False, 1, None)
+    _, reward, term, trunc, info = env.step("nothing")  # breaks the live rules
+    assert (reward, term, trunc, info["done_reason"]) == (0.0, True, False, "first_failure")
+    assert [t.reward for t in env.episode.turns] == [1.0, 0.0] and env.episode.done_reason == "first_failure"
