@@ -428,7 +428,8 @@ class FlexBenchReward:
 
 
 def _flex_turn(dims: DimensionSet, history: list[dict[str, str]], reply: str) -> Scored:
-    from ifgym.rewards.flexbench import FlexBenchScorer, RuleJudge, gate
+    from ifgym.rewards.flexbench import FlexBenchRubric, FlexBenchScorer, RuleJudge
+    from ifgym.rewards.scorer import Scores
 
     ruled = [d for d in dims.dimensions if d.rule is not None]
     if not ruled:
@@ -436,12 +437,13 @@ def _flex_turn(dims: DimensionSet, history: list[dict[str, str]], reply: str) ->
     judge = RuleJudge()
     scorer = FlexBenchScorer(dims, judge, _opening_line(history))
     trace = scorer.trace(history, reply)
-    before = gate(dims, judge.judge(dims, trace[:-1])).labels
-    after = gate(dims, judge.judge(dims, trace)).labels
-    kinds = {d.id: d.kind for d in dims.dimensions}
-    new = sum(1 for d in dims.ids if kinds[d] != "always" and after[d] == "yes" and before[d] != "yes")
-    broken = sum(1 for d in dims.ids if kinds[d] == "always" and after[d] == "no" and before[d] != "no")
-    return (new - broken) / len(dims.ids), [(d.kind, after[d.id]) for d in ruled]
+    # the env's own rubric, graded turn by turn as the env did: a dimension counts the turn it is first met
+    rubric = FlexBenchRubric(dims, reward="turn")
+    for end, message in enumerate(trace, 1):
+        if message["role"] == "assistant" and not message["scripted"]:
+            verdicts = judge.judge(dims, trace[:end])
+            grade = rubric.grade(Scores(verdicts, list(verdicts), list(dims.ids)))
+    return grade.reward, [(d.kind, rubric.last.labels[d.id]) for d in ruled]
 
 
 # ---------------------------------------------------------------------------------------------
