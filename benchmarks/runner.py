@@ -4,10 +4,13 @@
 
 Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
 ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
-request after a fixed `--latency`. One turn is one policy call, so the ideal is concurrency /
-latency turns/s; the table gives turns/s, its ratio to that ideal, and the driver's CPU seconds
-per turn (env + client; Ray workers' CPU is not in it). Local executor at concurrency 1, 8 and 64;
-Ray with 1 and 2 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded).
+request after a fixed `--latency`. The server runs in a process of its own (a fresh one per row),
+so its CPU is counted apart and it takes no GIL from the driver. One turn is one policy call, so
+the ideal is concurrency / latency turns/s; the table gives turns/s, its ratio to that ideal, the
+driver's CPU per turn (env + client; Ray workers' CPU is not in it) and the server's. Local
+executor at concurrency 1, 8 and 64; the same episodes at concurrency 64 with an in-process
+CannedClient (no HTTP: the env and runner's own share of the driver's CPU); Ray with 1 and 2
+workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded).
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does, for each N in `--sizes`.
@@ -16,28 +19,56 @@ builds the run's summary as `ifgym eval` does, for each N in `--sizes`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import gymnasium as gym  # noqa: E402
-from support.canned_server import CannedServer  # noqa: E402
 
 import ifgym  # noqa: E402, F401
 from ifgym.envs.rollout import run  # noqa: E402
-from ifgym.llm import LLMConfig, make_client  # noqa: E402
+from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
 
+REPLY = "A short reply about it."
 
-def throughput(server, turns, concurrency, episodes, executor="local", workers=1):
-    client = make_client(LLMConfig(base_url=server.base_url, model="canned-model", concurrency=concurrency), "policy")
+
+@contextlib.contextmanager
+def server_process(latency: float) -> Iterator[dict]:
+    """A canned server in a child process; yields {"base_url": ...}, and on exit adds its serving CPU ("cpu_s")."""
+    script = ROOT / "tests" / "support" / "canned_server.py"
+    cmd = [sys.executable, str(script), "--delay", str(latency), "--reply", REPLY]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    info = {"base_url": proc.stdout.readline().strip()}
+    try:
+        yield info
+    finally:
+        proc.stdin.close()
+        info.update(json.loads(proc.stdout.readline()))
+        proc.wait(timeout=30)
+
+
+def throughput(latency, turns, concurrency, episodes, executor="local", workers=1):
+    with server_process(latency) as server:
+        row = _play(server["base_url"], latency, turns, concurrency, episodes, executor, workers)
+    row["server_cpu_ms_per_turn"] = 1000 * server["cpu_s"] / row["turns"]
+    return row
+
+
+def _play(base_url, latency, turns, concurrency, episodes, executor="local", workers=1):
+    if base_url is None:  # no HTTP: the env and runner alone
+        client = CannedClient([REPLY])
+    else:
+        client = make_client(LLMConfig(base_url=base_url, model="canned-model", concurrency=concurrency), "policy")
 
     def make_env():
         return gym.make("ifgym/EvolIF-v1", max_turns=turns, patience=None)
@@ -54,12 +85,12 @@ def throughput(server, turns, concurrency, episodes, executor="local", workers=1
         start = time.perf_counter()
         cpu = time.process_time()
         result = run_ray(make_env, make_policy, seeds, num_workers=workers, concurrency=concurrency, progress=False)
-        ideal = workers * concurrency / server.delay
+        ideal = workers * concurrency / latency
     else:
         start = time.perf_counter()
         cpu = time.process_time()
         result = run(make_env, make_policy, seeds, concurrency=concurrency, progress=False)
-        ideal = concurrency / server.delay
+        ideal = concurrency / latency
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu
     done = sum(len(e.turns) for e in result.episodes)
@@ -109,21 +140,25 @@ def main():
     parser.add_argument("--no-ray", action="store_true")
     args = parser.parse_args()
     rows = []
-    with CannedServer(replies=["A short reply about it."], delay=args.latency, max_requests=10**6, ttl=3600) as server:
-        throughput(server, args.turns, 2, 2)  # warm-up: imports, the first connections
-        for c in (1, 8, 64):
-            episodes = max(4, 4 * c)  # about 4 rounds of `concurrency` episodes
-            rows.append(("local", f"concurrency {c}", throughput(server, args.turns, c, episodes)))
-        if not args.no_ray:
-            for w in (1, 2):
-                rows.append(("ray", f"{w} worker(s) x 8", throughput(server, args.turns, 8, 32 * w, "ray", w)))
+    throughput(args.latency, args.turns, 2, 2)  # warm-up: imports, the first connections
+    for c in (1, 8, 64):
+        episodes = max(4, 4 * c)  # about 4 rounds of `concurrency` episodes
+        rows.append(("local", f"concurrency {c}", throughput(args.latency, args.turns, c, episodes)))
+    no_http = _play(None, args.latency, args.turns, 64, 256)
+    rows.append(("local", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
+    if not args.no_ray:
+        for w in (1, 2):
+            rows.append(("ray", f"{w} worker(s) x 8", throughput(args.latency, args.turns, 8, 32 * w, "ray", w)))
     print(f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, load {os.getloadavg()[0]:.1f}")
-    print(f"{'executor':<8} {'setting':<18} {'turns':>6} {'turns/s':>8} {'ideal':>7} {'ratio':>6} {'CPU ms/turn':>12}")
+    print(
+        f"{'executor':<8} {'setting':<18} {'turns':>6} {'turns/s':>8} {'ideal':>7} {'ratio':>6} "
+        f"{'driver CPU ms/turn':>19} {'server CPU ms/turn':>19}"
+    )
     for kind, label, r in rows:
-        print(
-            f"{kind:<8} {label:<18} {r['turns']:>6} {r['turns_per_s']:>8.1f} {r['ideal']:>7.0f} {r['ratio']:>6.2f} "
-            f"{r['cpu_ms_per_turn']:>12.2f}"
-        )
+        rate, server = r["turns_per_s"], r["server_cpu_ms_per_turn"]
+        rate_cells = f"{rate:>8.1f} {r['ideal']:>7.0f} {r['ratio']:>6.2f}" if rate else f"{'-':>8} {'-':>7} {'-':>6}"
+        server_cell = f"{server:>19.2f}" if server is not None else f"{'-':>19}"
+        print(f"{kind:<8} {label:<18} {r['turns']:>6} {rate_cells} {r['cpu_ms_per_turn']:>19.2f} {server_cell}")
     print("\npeak RSS (scripted policy, 10-turn episodes, summary built):")
     base = None
     for n in args.sizes:

@@ -19,7 +19,12 @@ malformed answer), a string as it is, labelled ``text/html`` unless the fault's 
 ``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
 error page from a gateway).
 The server stops itself after ``ttl`` seconds or ``max_requests`` requests, so a forgotten
-server cannot hang a test run.
+server cannot hang a test run. Connections are kept alive (HTTP/1.1), as model servers keep them,
+so a client's connection pool is exercised; stopping closes them.
+
+Run as a program (``python tests/support/canned_server.py --delay 0.2``) it serves in a process of
+its own (benchmarks: its CPU is not the client's, and it holds no GIL the client needs), prints its
+base URL, and on end of standard input prints the CPU seconds it spent serving and exits.
 
 What it records: ``requests`` (every chat request body, faulted ones included, in arrival order),
 ``statuses`` (the status answered to each), ``headers`` (each one's request headers, names
@@ -28,7 +33,10 @@ lower-cased) and ``max_in_flight`` (the most chat requests being served at the s
 
 from __future__ import annotations
 
+import argparse
 import json
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +77,7 @@ class CannedServer:
         self._handled = 0
         self._next_reply = 0
         self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
         self._httpd: ThreadingHTTPServer | None = None
         self._timer: threading.Timer | None = None
         self._stopped = threading.Event()
@@ -82,8 +91,7 @@ class CannedServer:
 
     def __enter__(self) -> CannedServer:
         handler = type("Handler", (_Handler,), {"canned": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), handler)
         httpd = self._httpd
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self._timer = threading.Timer(self.ttl, self.stop)
@@ -104,6 +112,13 @@ class CannedServer:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+        with self._lock:
+            open_connections = list(self._connections)
+        for connection in open_connections:  # kept-alive connections would otherwise go on being served
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     # -- called by the handler ------------------------------------------------------------------
 
@@ -159,12 +174,28 @@ class CannedServer:
         return 200, {}, out
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # the default 5 drops connections when many clients connect at once
+
+
 def _error_body(message: str, kind: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
 class _Handler(BaseHTTPRequestHandler):
     canned: CannedServer  # set on a per-server subclass
+    protocol_version = "HTTP/1.1"  # keep-alive: every reply carries a Content-Length
+
+    def setup(self) -> None:
+        super().setup()
+        with self.canned._lock:
+            self.canned._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.canned._lock:
+            self.canned._connections.discard(self.connection)
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by the base
         """Keep test output quiet; the server records what tests need."""
@@ -253,3 +284,21 @@ def eval_args(server: CannedServer, out: Any, episodes: int) -> list[str]:
         "plots=false",
         "ci=false",
     ]
+
+
+def main() -> None:
+    """Serve canned replies until standard input ends; then print the CPU seconds spent serving."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
+    parser.add_argument("--reply", default="A short reply about it.", help="the text of every answer")
+    parser.add_argument("--model", default="canned-model")
+    args = parser.parse_args()
+    with CannedServer([args.reply], model=args.model, delay=args.delay, max_requests=10**9, ttl=86_400) as server:
+        print(server.base_url, flush=True)
+        start = time.process_time()
+        sys.stdin.read()
+        print(json.dumps({"cpu_s": time.process_time() - start, "requests": len(server.requests)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
