@@ -1,7 +1,11 @@
 """The HTTP backend: an OpenAI-compatible server reached through the `openai` package.
 
 The `openai` client retries 408/409/429/5xx and connection errors (honouring `retry-after`); every
-request it sends is counted, so a call's retries reach the usage. Each failure becomes a named
+request it sends is counted, so a call's retries reach the usage. Its transport is `httpx2` (whose
+connection pool stays cheap with many connections kept alive; httpx's scans every connection for
+each request), with as many connections kept alive as the client's concurrency. A call is posted as
+plain JSON and its answer read as plain JSON: the SDK's request transformation and response models
+cost more CPU than the rest of a call and nothing here needs them. Each failure becomes a named
 BackendError that says what to fix: an HTML page from a proxy (HTMLReplyError), a body that is not
 JSON (NonJSONReplyError), no choices (NoChoicesError), content null (NullContentError), an unknown
 model (with the served models listed), a timeout, a refused connection or key, an HTTP status.
@@ -28,6 +32,9 @@ from ifgym.errors import (
 )
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
 from ifgym.llm.conversation import Message, Usage
+
+# Where chat completions are posted, relative to base_url.
+CHAT_PATH = "/chat/completions"
 
 # Applies an update to the usage of the client making the call (and to the running episode's).
 Tally = Callable[[Callable[[Usage], None]], None]
@@ -67,12 +74,11 @@ class HTTPBackend:
 
     def async_client(self) -> Any:
         """A new `openai.AsyncOpenAI` whose requests are counted (one per event loop)."""
+        import httpx2
         import openai
 
         hooks = {"request": [_acount_attempt]}
-        return openai.AsyncOpenAI(
-            **self._openai_kwargs(), http_client=openai.DefaultAsyncHttpxClient(event_hooks=hooks)
-        )
+        return openai.AsyncOpenAI(**self._openai_kwargs(), http_client=httpx2.AsyncClient(**self._pool(hooks)))
 
     def close(self) -> None:
         """Close the sync connection pool (async pools close with their event loop)."""
@@ -83,13 +89,24 @@ class HTTPBackend:
     def _sync_client(self) -> Any:
         with self._sync_lock:  # several threads may make the first call at once
             if self._sync_http is None:
+                import httpx2
                 import openai
 
                 hooks = {"request": [_count_attempt]}
-                self._sync_http = openai.OpenAI(
-                    **self._openai_kwargs(), http_client=openai.DefaultHttpxClient(event_hooks=hooks)
-                )
+                self._sync_http = openai.OpenAI(**self._openai_kwargs(), http_client=httpx2.Client(**self._pool(hooks)))
             return self._sync_http
+
+    def _pool(self, hooks: dict[str, list[Any]]) -> dict[str, Any]:
+        """Settings of an httpx2 client: one connection per concurrent call, kept alive; requests counted."""
+        import httpx2
+
+        n = self.config.concurrency
+        return {
+            "limits": httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+            "timeout": self.config.timeout,
+            "follow_redirects": True,
+            "event_hooks": hooks,
+        }
 
     def _openai_kwargs(self) -> dict[str, Any]:
         return {
@@ -99,82 +116,93 @@ class HTTPBackend:
             "max_retries": self.config.max_retries,
         }
 
-    def _request(self, msgs: list[Message], params: Mapping[str, Any]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"model": self.config.model, "messages": msgs, **params}
-        if self.config.extra:
-            kwargs["extra_body"] = dict(self.config.extra)
-        return kwargs
+    def _body(self, msgs: list[Message], params: Mapping[str, Any]) -> dict[str, Any]:
+        """The request's JSON: model, messages, generation settings and `extra` (checked not to clash)."""
+        return {"model": self.config.model, "messages": msgs, **params, **self.config.extra}
 
     def chat(self, msgs: list[Message], params: Mapping[str, Any]) -> ServerReply:
         """One chat completion over the sync connection pool."""
+        import httpx2
         import openai
 
         client = self._sync_client()
         with _CountAttempts(self._tally) as attempts:
             try:
-                resp = client.chat.completions.create(**self._request(msgs, params))
+                resp = client.post(CHAT_PATH, body=self._body(msgs, params), cast_to=httpx2.Response)
             except openai.NotFoundError as exc:
                 raise self._not_found(exc, self._list_models_sync(client)) from exc
             except openai.OpenAIError as exc:
                 raise self._http_error(exc) from exc
-            except json.JSONDecodeError as exc:
-                raise self._not_json(exc) from exc
         return self._from_response(resp, attempts.retries)
 
     async def achat(self, aclient: Any, msgs: list[Message], params: Mapping[str, Any]) -> ServerReply:
         """One chat completion through `aclient` (this loop's client from `async_client`)."""
+        import httpx2
         import openai
 
         with _CountAttempts(self._tally) as attempts:
             try:
-                resp = await aclient.chat.completions.create(**self._request(msgs, params))
+                resp = await aclient.post(CHAT_PATH, body=self._body(msgs, params), cast_to=httpx2.Response)
             except openai.NotFoundError as exc:
                 raise self._not_found(exc, await self._list_models_async(aclient)) from exc
             except openai.OpenAIError as exc:
                 raise self._http_error(exc) from exc
-            except json.JSONDecodeError as exc:
-                raise self._not_json(exc) from exc
         return self._from_response(resp, attempts.retries)
 
     def _from_response(self, resp: Any, retries: int) -> ServerReply:
+        """Read a 2xx answer's JSON body into a ServerReply; every unusable answer is a named error."""
         url, model = self.config.base_url, self.config.model
-        if isinstance(resp, str):  # openai hands back the text of a body that is not JSON
-            if _looks_like_html(resp):
-                raise HTMLReplyError(
-                    f"{url} answered an HTML page instead of a chat completion ({_html_title(resp)}); a proxy or "
-                    "gateway in front of the model server is failing, or base_url points at a web page"
-                )
-            raise NonJSONReplyError(f"{url} answered a body that is not JSON: {resp[:200]!r}")
-        if not getattr(resp, "choices", None):
+        data = self._json(resp)
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            found = f"keys: {', '.join(sorted(data))}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
             raise NoChoicesError(
-                f"{url} answered a completion without choices for model {model!r} "
-                f"(keys: {', '.join(sorted((resp.model_extra or {}).keys() | {'id', 'model'}))}); check the server log"
+                f"{url} answered a completion without choices for model {model!r} ({found}); check the server log"
             )
-        usage = getattr(resp, "usage", None)
-        prompt = getattr(usage, "prompt_tokens", None) if usage is not None else None
-        completion = getattr(usage, "completion_tokens", None) if usage is not None else None
-        choice = resp.choices[0]
-        text = choice.message.content if choice.message is not None else None
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        choice = choices[0]
+        message = choice.get("message")
+        message = message if isinstance(message, dict) else {}
+        text = message.get("content")
         if text is None:
             self._tally(lambda u: u.add_reported(prompt, completion))
-            refusal = getattr(choice.message, "refusal", None) if choice.message is not None else None
+            refusal = message.get("refusal")
             raise NullContentError(
-                f"{url} answered content null for model {model!r} (finish_reason {choice.finish_reason!r}"
+                f"{url} answered content null for model {model!r} (finish_reason {choice.get('finish_reason')!r}"
                 + (f", refusal {refusal!r:.200}" if refusal else "")
                 + "): no reply text to score; check the model's chat template and the server log"
             )
-        return ServerReply(text, prompt, completion, resp.model or model, choice.finish_reason, retries)
-
-    def _not_json(self, exc: json.JSONDecodeError) -> BackendError:
-        body = exc.doc or ""
-        if _looks_like_html(body):
-            return HTMLReplyError(
-                f"{self.config.base_url} answered an HTML page labelled as JSON ({_html_title(body)}); a proxy or "
-                "gateway in front of the model server is failing"
+        if not isinstance(text, str):
+            raise NonJSONReplyError(
+                f"{url} answered content that is not text for model {model!r} ({type(text).__name__}: "
+                f"{text!r:.200}); check that base_url is an OpenAI-compatible chat API"
             )
-        return NonJSONReplyError(
-            f"{self.config.base_url} answered a body that is not JSON ({exc.msg} at character {exc.pos}): "
-            f"{body[:200]!r}; check that base_url is an OpenAI-compatible API"
+        return ServerReply(text, prompt, completion, data.get("model") or model, choice.get("finish_reason"), retries)
+
+    def _json(self, resp: Any) -> Any:
+        """The body of `resp` parsed as JSON; a body that is not (an HTML page, plain text) is a named error."""
+        url = self.config.base_url
+        labelled_json = "json" in resp.headers.get("content-type", "").lower()
+        try:
+            return json.loads(resp.content)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            body = resp.text
+            reason = f"{exc.msg} at character {exc.pos}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        if _looks_like_html(body):
+            if labelled_json:
+                raise HTMLReplyError(
+                    f"{url} answered an HTML page labelled as JSON ({_html_title(body)}); a proxy or gateway in "
+                    "front of the model server is failing"
+                )
+            raise HTMLReplyError(
+                f"{url} answered an HTML page instead of a chat completion ({_html_title(body)}); a proxy or "
+                "gateway in front of the model server is failing, or base_url points at a web page"
+            )
+        raise NonJSONReplyError(
+            f"{url} answered a body that is not JSON ({reason}): {body[:200]!r}; check that base_url is an "
+            "OpenAI-compatible API"
         )
 
     def _list_models_sync(self, client: Any) -> list[str] | str:

@@ -246,6 +246,20 @@ def test_sync_concurrency_limit_across_threads():
     assert client.usage.calls == 5
 
 
+def test_calls_reuse_kept_alive_connections_up_to_the_concurrency():
+    with CannedServer(delay=0.1) as srv:
+        client = http_client(srv, concurrency=3)
+        for _ in range(4):
+            client.chat(HI)
+        assert len(set(srv.ports)) == 1  # one connection for calls one after another
+
+        async def nine():
+            return await asyncio.gather(*(client.achat(HI) for _ in range(9)))
+
+        asyncio.run(nine())
+    assert len(set(srv.ports[4:])) == 3  # three rounds of three over the same three connections
+
+
 # -- configuration -------------------------------------------------------------------------------
 
 
@@ -344,6 +358,15 @@ def test_canned_server_stops_after_max_requests():
         with pytest.raises(BackendError):
             client.chat(HI)  # answered 503, then the server shuts down
     assert len(srv.requests) == 2
+
+
+def test_canned_server_stop_closes_kept_alive_connections():
+    with CannedServer() as srv:
+        client = http_client(srv, max_retries=0)
+        client.chat(HI)
+        srv.stop()
+        with pytest.raises(BackendError, match="cannot reach the model server"):
+            client.chat(HI)  # the kept-alive connection is closed too, not served on
 
 
 def test_canned_server_stops_after_ttl():

@@ -54,6 +54,8 @@ def client_for(server, **settings):
         ((200, {}, NULL_CONTENT), NullContentError, "content null"),
         ((200, {}, NO_CHOICES), NoChoicesError, "without choices"),
         ((200, {}, {"id": "x", "object": "chat.completion", "model": "canned-model"}), NoChoicesError, "choices"),
+        ((200, {"Content-Type": "application/json"}, "[1, 2]"), NoChoicesError, r"without choices.*\(a JSON list\)"),
+        ((200, {}, {**NULL_CONTENT, "choices": [{"message": {"content": [1]}}]}), NonJSONReplyError, "not text"),
     ],
 )
 @pytest.mark.parametrize("mode", ["sync", "async"])

@@ -28,7 +28,8 @@ base URL, and on end of standard input prints the CPU seconds it spent serving a
 
 What it records: ``requests`` (every chat request body, faulted ones included, in arrival order),
 ``statuses`` (the status answered to each), ``headers`` (each one's request headers, names
-lower-cased) and ``max_in_flight`` (the most chat requests being served at the same time).
+lower-cased), ``ports`` (the client port each came from: one per connection) and ``max_in_flight``
+(the most chat requests being served at the same time).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class CannedServer:
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
         self.headers: list[dict[str, str]] = []
+        self.ports: list[int] = []
         self.max_in_flight = 0
         self._in_flight = 0
         self._handled = 0
@@ -131,10 +133,13 @@ class CannedServer:
             threading.Thread(target=self.stop, daemon=True).start()
         return not over
 
-    def _answer_chat(self, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, str], dict[str, Any]]:
+    def _answer_chat(
+        self, body: dict[str, Any], headers: dict[str, str], port: int
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
         with self._lock:
             self.requests.append(body)
             self.headers.append(headers)
+            self.ports.append(port)
             self.statuses.append(0)  # filled in below, so statuses[i] always belongs to requests[i]
             index = len(self.requests) - 1
         status, headers, out = self._reply(index, body)
@@ -241,7 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if srv.delay:
                 time.sleep(srv.delay)
-            status, headers, out = srv._answer_chat(body, {k.lower(): v for k, v in self.headers.items()})
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, headers, out = srv._answer_chat(body, headers, self.client_address[1])
         finally:
             with srv._lock:
                 srv._in_flight -= 1
