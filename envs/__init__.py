@@ -1,4 +1,13 @@
-"""The dialogue envs and the loops that run policies in them."""
+"""The dialogue envs and the loops that run policies in them.
+
+`ChatEnv` (base) owns the one turn loop: each task env plugs in a user simulator (`simulators/`),
+a scorer and a `Rubric` (`rewards/`: the reward, the patience meter, the end rule) and fills hooks
+(`_start`, `_record_start`/`_record_end`, `_scoring_spec`) instead of writing a loop of its own;
+it reads what the user contributes to the record through `UserSimulator.episode_meta()`.
+`rollout`/`arollout` play one episode (through the env's wrappers: `async_wrappers`);
+`run`/`arun` play many (failed episodes recorded, resume, one concurrency knob), `ray_executor` on
+Ray workers, `shards` combines a sharded run's files.
+"""
 
 from ifgym import lazy_submodules
 from ifgym.envs.async_wrappers import async_reset, async_step

@@ -19,7 +19,7 @@ how an answer becomes a label; this base supplies the rest, the same for all of 
 - `ask`: the bounded re-ask loop (`ask_until_complete`), and `unanswered` / `unplaced_note`, the
   reasons of items the judge never answered (answers are placed on items by `ifgym.answers.place`).
 
-Every judge passes the same contract test (tests/test_judge_contract.py).
+Every judge passes the same contract test (tests/rewards/test_judge_contract.py).
 """
 
 from __future__ import annotations

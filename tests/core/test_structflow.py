@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from ifgym.core.structflow import FLOW_RELATIONS as RELATIONS
 from ifgym.core.structflow import (
@@ -150,7 +150,7 @@ def test_packaged_templates_are_ours_and_cover_every_relation():
     used = {e.relation for t in templates for e in t.edges}
     assert used == set(RELATIONS)
     # the benchmark's template.json is read from the user's copy, never shipped with the package
-    assets = Path(__file__).resolve().parents[1] / "simulators" / "assets"
+    assets = REPO / "simulators" / "assets"
     assert not (assets / "template.json").exists()
 
 

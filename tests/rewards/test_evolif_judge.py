@@ -1,6 +1,6 @@
 """EvolIFJudge in rating mode (EvolIF's 1-10, pass > 6): garbage judge outputs, bounded re-asks, the prompt, sync/async.
 
-Blind mode (the default) is tested in test_judge_blind.py; rating mode must stay as it was."""
+Blind mode (the default) is tested in test_evolif_judge_blind.py; rating mode must stay as it was."""
 
 from __future__ import annotations
 

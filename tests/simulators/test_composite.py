@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -16,12 +15,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 from support.canned_server import CannedServer
 from support.canned_user import scripted_user_model
+from support.paths import REPO
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.simulators.composite import _BURIED, _CONTEXT, _EXPLICIT, Persona, PersonaMix, persona_words
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = REPO / "README.md"
 NEUTRAL = {"level": "general", "verbosity": "terse", "hedging": "none", "clarity": "plain"}
 # c1 -> c2 follow-up, c3 unrelated, c4 recalls c1 (another topic by then), c5 refines c4
 DETOUR = [

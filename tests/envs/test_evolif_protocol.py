@@ -8,13 +8,13 @@ import hashlib
 import inspect
 import json
 import re
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
 from support.canned_judges import gold_or
 from support.canned_server import CannedServer
 from support.canned_user import scripted_user_model, stating_draft
+from support.paths import REPO
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import compose, main
@@ -202,7 +202,7 @@ def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys, monkeyp
 
 def make_eval_demo() -> list[str]:
     """The overrides `make eval` adds (the Makefile's DEMO), read from the Makefile itself."""
-    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text(encoding="utf-8")
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
     return re.search(r"^DEMO \?= (.*)$", makefile, re.MULTILINE).group(1).split()
 
 

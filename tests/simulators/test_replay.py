@@ -1,17 +1,17 @@
 """ReplayUser: plays back an EvolIF dialogue file (tests/data/evolif_dialogue.jsonl)."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import DATA
 
 from ifgym.core.constraints import Constraint
 from ifgym.core.evolif import from_evolif
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
 from ifgym.simulators.replay import ReplayUser, load_evolif_dialogue
 
-FIXTURE = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"
+FIXTURE = DATA / "evolif_dialogue.jsonl"
 RECORDS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

@@ -8,10 +8,10 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support.paths import REPO
 from support.prompts import prompt_kind
 
 from ifgym.errors import BackendError, ConfigError, DataFormatError, UnknownNameError
@@ -31,7 +31,7 @@ from ifgym.simulators.flexbench import (
     user_hung_up,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 GOOD_MD = "---\nname: mine\nopening_line: Hi, this is Sam from Acme.\n---\nAsk the caller's name. If they ask, help.\n"
 
 

@@ -11,6 +11,7 @@ import json
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
+from support.paths import DATA
 
 import ifgym
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
@@ -178,11 +179,10 @@ def test_llm_judge_scores_judged_constraints_through_the_client():
 
 
 def test_replay_plays_an_evolif_dialogue_file_as_the_script():
-    from pathlib import Path
 
     from ifgym.rewards import from_evolif
 
-    path = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"
+    path = DATA / "evolif_dialogue.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     env = gym.make("ifgym/EvolIF-v1", script=str(path), patience=None, max_turns=None)
     obs, info = env.reset(seed=0)

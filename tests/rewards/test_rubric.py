@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
+from support.paths import DATA
 
 from ifgym.core import Verdict
 from ifgym.envs.base import ChatEnv
@@ -16,7 +16,7 @@ from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import Scores
 from ifgym.simulators.replay import ReplayUser
 
-DIALOGUE = Path(__file__).parent / "data" / "evolif_dialogue.jsonl"
+DIALOGUE = DATA / "evolif_dialogue.jsonl"
 
 
 def scores(labels: str, groups: str | None = None) -> Scores:
