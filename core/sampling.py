@@ -15,6 +15,7 @@ The EvolIF tracker and the StructFlow planner both draw through these, from the 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class SampleContext:
 _WORD = re.compile(r"\w+")
 
 
+@functools.lru_cache(maxsize=4096)  # every episode's tracker asks again for the same bank's titles
 def title_tokens(title: str) -> frozenset[str]:
     """The lower-cased words of a topic title (a user would not forbid those)."""
     return frozenset(_WORD.findall(title.lower()))
