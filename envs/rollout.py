@@ -20,11 +20,12 @@ import json
 import os
 import re
 import traceback
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import gymnasium as gym
 from tqdm.auto import tqdm
@@ -34,6 +35,8 @@ from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm import count_episode_usage
+
+T = TypeVar("T")
 
 
 def _finish(env: gym.Env, policy: Any) -> Episode:
@@ -159,41 +162,128 @@ def record_from_json(data: dict[str, Any]) -> Record:
     return FailedEpisode.from_json(data) if data.get("failed") else Episode.from_json(data)
 
 
-def iter_records(path: str | Path) -> Iterator[Record]:
-    """Every line of an episodes file in order, one at a time. A cut-off last line (an interrupted write) is ignored."""
+def _read_lines(path: str | Path, parse: Callable[[dict[str, Any]], T]) -> Iterator[tuple[int, T]]:
+    """(byte offset, `parse` of the line's object) for every line of an episodes file, one line in memory at a time.
+
+    A cut-off last line (an interrupted write) is ignored; any other unreadable line is a DataFormatError.
+    """
     path = not_a_folder(path, "episodes file")
     if not path.exists():
         return
-    with path.open(encoding="utf-8") as f:
+    with path.open("rb") as f:
+        offset = 0
         for number, line in enumerate(f, 1):
+            start, offset = offset, offset + len(line)
             if not line.strip():
                 continue
             try:
-                yield record_from_json(json.loads(line))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-                if not line.endswith("\n"):  # the tail of an interrupted append (only the last line lacks one)
+                value = parse(json.loads(line))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                if not line.endswith(b"\n"):  # the tail of an interrupted append (only the last line lacks one)
                     return
                 where = f"{path}:{number}"
                 raise DataFormatError(f"{where}: not an episode record ({exc}); fix or remove that line") from exc
+            yield start, value
 
 
-def latest_records(path: str | Path) -> dict[tuple[str, str], Record]:
-    """Each episode's last record in an episodes file (a retried seed's success replaces its failure).
+def iter_records(path: str | Path) -> Iterator[Record]:
+    """Every line of an episodes file in order, one at a time. A cut-off last line (an interrupted write) is ignored."""
+    return (record for _, record in _read_lines(path, record_from_json))
+
+
+@dataclass(frozen=True, slots=True)
+class LineRef:
+    """What a log keeps of one episode's line instead of the episode: where the line starts, and whose it is.
+
+    `failed` is a failed-episode line's record (small: no turns); None for a finished episode.
+    """
+
+    offset: int
+    seed: int | None
+    run_key: str | None
+    failed: FailedEpisode | None = None
+
+
+def _line_head(data: dict[str, Any]) -> tuple[tuple[str, str], LineRef]:
+    # only the fields that say whose line it is: a finished episode's turns are left unread
+    meta = data.get("meta") or {}
+    run_key = meta.get("run_key")
+    failed = FailedEpisode.from_json(data) if data.get("failed") else None
+    return (run_key or data["env_id"], data["episode_id"]), LineRef(-1, data.get("seed"), run_key, failed)
+
+
+def latest_lines(path: str | Path) -> dict[tuple[str, str], LineRef]:
+    """Each episode's last line in an episodes file (a retried seed's success replaces its failure), in file order.
 
     Keyed by (run key, episode id): a run's episode ids name its seeds; episodes played outside a
-    run (`rollout`) are told apart by their env id instead.
+    run (`rollout`) are told apart by their env id instead. Finished episodes are not built: each
+    entry holds the line's offset (read it with `StoredEpisodes`).
     """
-    out: dict[tuple[str, str], Record] = {}
-    for record in iter_records(path):
-        key = (record.meta.get("run_key") or record.env_id, record.episode_id)
+    out: dict[tuple[str, str], LineRef] = {}
+    for offset, (key, head) in _read_lines(path, _line_head):
         out.pop(key, None)
-        out[key] = record
+        out[key] = replace(head, offset=offset)
     return out
+
+
+class StoredEpisodes(Sequence[Episode]):
+    """Finished episodes of an episodes file, given by their lines' offsets; each is read from the file when used.
+
+    Iterating reads them one at a time, in the given order, so a run of any size is summarized in
+    flat memory; `list(...)` materialises them for a caller that wants them all.
+    """
+
+    def __init__(self, path: str | Path, offsets: Iterable[int]):
+        self.path = Path(path)
+        self._offsets = array("q", offsets)
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, index: int) -> Episode: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> StoredEpisodes: ...
+
+    def __getitem__(self, index: int | slice) -> Episode | StoredEpisodes:
+        if isinstance(index, slice):
+            return StoredEpisodes(self.path, self._offsets[index])
+        with self.path.open("rb") as f:
+            return self._read(f, self._offsets[index])
+
+    def __iter__(self) -> Iterator[Episode]:
+        with self.path.open("rb") as f:
+            for offset in self._offsets:
+                yield self._read(f, offset)
+
+    def __repr__(self) -> str:
+        return f"StoredEpisodes({str(self.path)!r}, {len(self)} episodes)"
+
+    def _read(self, f: Any, offset: int) -> Episode:
+        f.seek(offset)
+        line = f.readline()
+        try:
+            return Episode.from_json(json.loads(line))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DataFormatError(
+                f"{self.path} at byte {offset}: not a finished episode ({exc}); was the file changed during the run?"
+            ) from exc
+
+
+def stored_episodes(path: str | Path) -> StoredEpisodes:
+    """The finished episodes of a JSONL file, each its last record, in file order, read when used; no failed lines."""
+    return StoredEpisodes(path, [line.offset for line in latest_lines(path).values() if line.failed is None])
 
 
 def read_episodes(path: str | Path) -> list[Episode]:
     """The finished episodes of a JSONL file, each its last record; failed-episode lines are left out."""
-    return [r for r in latest_records(path).values() if isinstance(r, Episode)]
+    return list(stored_episodes(path))
+
+
+def _usage_of(data: dict[str, Any]) -> tuple[str | None, dict[str, dict[str, int]]]:
+    meta = data.get("meta") or {}
+    return meta.get("run_key"), meta.get("usage", {})
 
 
 def usage_totals(path: str | Path, run_key: str) -> dict[str, dict[str, int]]:
@@ -203,10 +293,10 @@ def usage_totals(path: str | Path, run_key: str) -> dict[str, dict[str, int]]:
     episodes that failed (and were retried) are all counted.
     """
     totals: dict[str, dict[str, int]] = {}
-    for record in iter_records(path):
-        if record.meta.get("run_key") != run_key:
+    for _, (key, usage) in _read_lines(path, _usage_of):
+        if key != run_key:
             continue
-        for role, counts in record.meta.get("usage", {}).items():
+        for role, counts in usage.items():
             role_total = totals.setdefault(role, {})
             for name, n in counts.items():
                 role_total[name] = role_total.get(name, 0) + n
@@ -284,34 +374,43 @@ class EpisodeLog:
 
     def _load(self, run_key: str) -> None:
         _drop_partial_tail(self.path)
-        by_id = latest_records(self.path)
-        other = {r.meta.get("run_key") for r in by_id.values()} - {run_key}
+        by_id = latest_lines(self.path)
+        other = {line.run_key for line in by_id.values()} - {run_key}
         if other:
             raise ConfigError(
                 f"{self.path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
                 f"run is {run_key}); write to a new output path or delete that file"
             )
-        self.latest: dict[int | None, Record] = {r.seed: r for r in by_id.values()}  # one run: one record per seed
+        # one run: one line per seed, its last; a finished episode's line is kept as its offset only
+        self.latest: dict[int | None, LineRef] = {line.seed: line for line in by_id.values()}
 
     @property
-    def done(self) -> list[Episode]:
-        """The finished episodes in the file, one per seed."""
-        return [r for r in self.latest.values() if isinstance(r, Episode)]
+    def done(self) -> StoredEpisodes:
+        """The finished episodes in the file, one per seed (read from the file as they are used)."""
+        return StoredEpisodes(self.path, [line.offset for line in self.latest.values() if line.failed is None])
 
-    def append(self, record: Record) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(record.to_jsonl() + "\n")
+    def append(self, record: Record) -> int:
+        """Append `record` as one line (flushed to disk before returning); returns the offset the line starts at."""
+        with self.path.open("ab") as f:
+            offset = f.seek(0, os.SEEK_END)
+            f.write((record.to_jsonl() + "\n").encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
+        failed = record if isinstance(record, FailedEpisode) else None
         self.latest.pop(record.seed, None)
-        self.latest[record.seed] = record
+        self.latest[record.seed] = LineRef(offset, record.seed, record.meta.get("run_key"), failed)
+        return offset
 
 
 @dataclass
 class RunResult:
-    """What a run produced: its finished episodes and failed episodes, by seed (those of the file included)."""
+    """What a run produced: its finished episodes and failed episodes, by seed (those of the file included).
 
-    episodes: list[Episode]
+    With an output file, `episodes` is a `StoredEpisodes`: a sequence that reads each episode from
+    the file when it is used, so a run never holds its episodes; without one it is a list.
+    """
+
+    episodes: Sequence[Episode]
     failed: list[FailedEpisode]
     worker_deaths: int = 0  # Ray executor: workers that died (their episodes were redone)
 
@@ -400,12 +499,17 @@ class Recorder:
         self.seeds = list(seeds)
         self.log = EpisodeLog(output, run_key) if output is not None else None
         wanted = set(self.seeds)
-        self.latest: dict[int, Record] = {s: r for s, r in (self.log.latest.items() if self.log else ()) if s in wanted}
-        self.todo = [
-            s
-            for s in self.seeds
-            if s not in self.latest or (retry_failed and isinstance(self.latest[s], FailedEpisode))
-        ]
+        # per seed only what the result needs: a finished episode's line offset (the Episode itself when there is
+        # no log to read it back from), a failed episode's small record
+        self.finished: dict[int, int | Episode] = {}
+        self.failures: dict[int, FailedEpisode] = {}
+        for seed, line in self.log.latest.items() if self.log else ():
+            if seed in wanted:
+                if line.failed is None:
+                    self.finished[seed] = line.offset
+                else:
+                    self.failures[seed] = line.failed
+        self.todo = [s for s in self.seeds if s not in self.finished and (retry_failed or s not in self.failures)]
         self._todo = set(self.todo)
         self.max_failure_rate = max_failure_rate
         self.on_episode = on_episode
@@ -414,18 +518,20 @@ class Recorder:
         )
 
     def failed(self) -> list[FailedEpisode]:
-        return [r for r in self.latest.values() if isinstance(r, FailedEpisode)]
+        return list(self.failures.values())
 
     def record(self, record: Record) -> None:
         """Write one record (a seed not of this run, or already finished, is refused); stop when too many failed."""
         if record.seed not in self._todo:
             raise RuntimeError(f"seed {record.seed} is not one this run plays")
-        if isinstance(self.latest.get(record.seed), Episode):
+        if record.seed in self.finished:
             return  # delivered twice (a redone share): the first one stands
-        self.latest[record.seed] = record
-        if self.log:
-            self.log.append(record)
-        if isinstance(record, Episode):
+        offset = self.log.append(record) if self.log else None
+        if isinstance(record, FailedEpisode):
+            self.failures[record.seed] = record
+        else:
+            self.failures.pop(record.seed, None)
+            self.finished[record.seed] = record if offset is None else offset
             if self.on_episode:
                 self.on_episode(record)
         self.bar.update(1)
@@ -446,10 +552,10 @@ class Recorder:
         )
 
     def result(self) -> RunResult:
-        records = [self.latest[s] for s in self.seeds if s in self.latest]
+        finished = [self.finished[s] for s in self.seeds if s in self.finished]
         return RunResult(
-            episodes=[r for r in records if isinstance(r, Episode)],
-            failed=[r for r in records if isinstance(r, FailedEpisode)],
+            episodes=StoredEpisodes(self.log.path, finished) if self.log else finished,  # type: ignore[arg-type]
+            failed=[self.failures[s] for s in self.seeds if s in self.failures],
         )
 
     def close(self) -> None:
