@@ -18,7 +18,9 @@ from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
 from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
+from ifgym.rewards.evolif_metrics import episode_row as evolif_episode_row
 from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
+from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
 from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -285,6 +287,10 @@ class ChatEnv(gym.Env[list, str]):
         return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}
 
     summarize = staticmethod(evolif_summarize)  # this env's headline metrics over finished episodes (envs override)
+    # the same split in two, so a run keeps numbers, never its episodes: one episode reduced to a row,
+    # and `summarize` of the episodes from their rows
+    episode_row = staticmethod(evolif_episode_row)
+    summarize_rows = staticmethod(evolif_summarize_rows)
 
     # --- rendering -----------------------------------------------------------------------------
     def render(self) -> str | None:

@@ -13,7 +13,9 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.composite import HEADLINE
+from ifgym.rewards.composite import episode_row as composite_episode_row
 from ifgym.rewards.composite import summarize as composite_summarize
+from ifgym.rewards.composite import summarize_rows as composite_summarize_rows
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 
@@ -253,6 +255,8 @@ class CompositeEnv(ChatEnv):
 
     # --- metrics -------------------------------------------------------------------------------------
     summarize = staticmethod(composite_summarize)  # EvolIF's metrics, StructFlow's, and the cross tables
+    episode_row = staticmethod(composite_episode_row)
+    summarize_rows = staticmethod(composite_summarize_rows)
 
     def _render_turn(self, t: TurnRecord) -> list[str]:
         """One turn: its relation, the request, the reply, every checklist item's verdict."""

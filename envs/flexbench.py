@@ -28,7 +28,9 @@ from ifgym.rewards.flexbench import (
     write_report,
 )
 from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
+from ifgym.rewards.flexbench import episode_row as flex_episode_row
 from ifgym.rewards.flexbench import summarize as flex_summarize
+from ifgym.rewards.flexbench import summarize_rows as flex_summarize_rows
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
 USERS = ("scripted", "llm")
@@ -287,6 +289,8 @@ class FlexBenchEnv(ChatEnv):
     headline_metrics = FLEX_HEADLINE
 
     summarize = staticmethod(flex_summarize)  # Coverage, Achievement, Compliance (n/a = NaN), score, per dimension
+    episode_row = staticmethod(flex_episode_row)
+    summarize_rows = staticmethod(flex_summarize_rows)
 
     def write_report(
         self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""

@@ -13,7 +13,9 @@ from ifgym.llm import resolve_client
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
+from ifgym.rewards.structflow import episode_row as structflow_episode_row
 from ifgym.rewards.structflow import summarize as structflow_summarize
+from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
 
 CONTEXTS = ("golden", "own")
 GENERATORS = ("template", "llm")
@@ -270,6 +272,8 @@ class StructFlowEnv(ChatEnv):
     headline_metrics = STRUCTFLOW_HEADLINE
 
     summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
+    episode_row = staticmethod(structflow_episode_row)
+    summarize_rows = staticmethod(structflow_summarize_rows)
 
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:

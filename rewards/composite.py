@@ -18,20 +18,23 @@ WCSR_pooled, `item_rate/<type>`), pass rates per relation × constraint group
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.errors import DataFormatError
 from ifgym.rewards.evolif_metrics import HEADLINE as EVOLIF_HEADLINE
-from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
+from ifgym.rewards.evolif_metrics import EvolIFRow, rows_of
+from ifgym.rewards.evolif_metrics import episode_row as evolif_row
+from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
 from ifgym.rewards.evolif_scorer import EvolIFScorer
 from ifgym.rewards.scorer import Scores
-from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer
-from ifgym.rewards.structflow import summarize as structflow_summarize
+from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer, TurnRow
+from ifgym.rewards.structflow import episode_row as structflow_row
+from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
 
-__all__ = ["HEADLINE", "CompositeScorer", "evolif_view", "summarize"]
+__all__ = ["HEADLINE", "CompositeRow", "CompositeScorer", "episode_row", "evolif_view", "summarize", "summarize_rows"]
 
 HEADLINE: tuple[str, ...] = (*EVOLIF_HEADLINE, "checklist/CSR", "checklist/ISR", "DRFR", "WCSR")
 
@@ -78,58 +81,85 @@ class CompositeScorer:
         return self._concat(a, await self.checklist.ascore(reply, rest, history))
 
 
-def evolif_view(episodes: Sequence[Episode], loose: bool = False) -> list[Episode]:
+def _evolif_episode(e: Episode) -> Episode:
+    """An episode as EvolIF's metrics read it: each turn's verdicts cut to its live constraints."""
+    turns = []
+    for t in e.turns:
+        n = len(t.spec.constraints)
+        turns.append(replace(t, verdicts=t.verdicts[:n], loose_verdicts=t.loose_verdicts[:n]))
+    return replace(e, turns=turns)
+
+
+def evolif_view(episodes: Iterable[Episode], loose: bool = False) -> list[Episode]:
     """The episodes as EvolIF's metrics read them: each turn's verdicts cut to its live constraints."""
-    out = []
-    for e in episodes:
-        turns = []
-        for t in e.turns:
-            n = len(t.spec.constraints)
-            turns.append(replace(t, verdicts=t.verdicts[:n], loose_verdicts=t.loose_verdicts[:n]))
-        out.append(replace(e, turns=turns))
-    return out
+    return [_evolif_episode(e) for e in episodes]
 
 
 def _rate(yes: int, known: int) -> float:
     return yes / known if known else math.nan
 
 
-def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
-    """Every composite metric in one flat dict (see the module docstring for the keys)."""
-    view = evolif_view(episodes, loose)
-    out = evolif_summarize(view, loose=loose)
-    sf = structflow_summarize(episodes, loose=loose)
+@dataclass(frozen=True, slots=True)
+class CompositeRow:
+    """One episode as `summarize_rows` needs it: its EvolIF and StructFlow rows, cross-table cells, persona."""
+
+    evolif: EvolIFRow
+    checklist: tuple[TurnRow, ...]
+    cells: dict[tuple[str, str], tuple[int, int]]  # (relation, group) or ("structural", relation): (yes, known)
+    level: str
+
+
+def episode_row(episode: Episode, loose: bool = False) -> CompositeRow:
+    """One episode's row for `summarize_rows` (numbers and labels only)."""
+    evolif = evolif_row(_evolif_episode(episode), loose)
+    checklist = structflow_row(episode, loose)
+    cells: dict[tuple[str, str], tuple[int, int]] = {}
+    for t in episode.turns:
+        # without the structure axis a turn has no relation: it is named by EvolIF's move
+        relation = t.spec.meta.get("relation") or (FIRST_TURN if t.index == 0 else f"move:{t.spec.move}")
+        verdicts = t.loose_verdicts if loose else t.verdicts
+        for item, v in zip(t.spec.checklist, verdicts, strict=True):
+            if v.label == "unknown":
+                continue
+            key = (relation, item.constraint.group) if item.kind == "intra" and item.constraint else None
+            if key is None and item.kind == "structural":
+                key = ("structural", relation)
+            if key is not None:
+                yes, known = cells.get(key, (0, 0))
+                cells[key] = (yes + (v.label == "yes"), known + 1)
+    persona = episode.meta.get("persona") or {}
+    return CompositeRow(evolif, checklist, cells, persona.get("level", "off"))
+
+
+def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
+    """Every composite metric in one flat dict (see the module docstring for the keys), in one pass over `episodes`."""
+    return summarize_rows(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows(rows: Sequence[CompositeRow], loose: bool = False) -> dict[str, float]:
+    """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here."""
+    out = evolif_summarize_rows([r.evolif for r in rows])
+    sf = structflow_summarize_rows([r.checklist for r in rows])
     out.update({"checklist/CSR": sf["CSR"], "checklist/ISR": sf["ISR"]})
     for key in ("DRFR", "WCSR", "WCSR_pooled", "items"):
         out[key] = sf[key]
     out["checklist_unknown"] = sf["unknown"]
     out.update({f"item_rate/{k[len('pass_rate/') :]}": v for k, v in sf.items() if k.startswith("pass_rate/")})
     cells: dict[tuple[str, str], list[int]] = {}
-    for e in episodes:
-        for t in e.turns:
-            # without the structure axis a turn has no relation: it is named by EvolIF's move
-            relation = t.spec.meta.get("relation") or (FIRST_TURN if t.index == 0 else f"move:{t.spec.move}")
-            verdicts = t.loose_verdicts if loose else t.verdicts
-            for item, v in zip(t.spec.checklist, verdicts, strict=True):
-                if v.label == "unknown":
-                    continue
-                key = (relation, item.constraint.group) if item.kind == "intra" and item.constraint else None
-                if key is None and item.kind == "structural":
-                    key = ("structural", relation)
-                if key is not None:
-                    cell = cells.setdefault(key, [0, 0])
-                    cell[0] += v.label == "yes"
-                    cell[1] += 1
+    for r in rows:
+        for key, (yes, known) in r.cells.items():
+            cell = cells.setdefault(key, [0, 0])
+            cell[0] += yes
+            cell[1] += known
     for (a, b), (yes, known) in sorted(cells.items()):
         name = f"structural/{b}" if a == "structural" else f"relation_group/{a}/{b}"
         out[name] = _rate(yes, known)
-    levels: dict[str, list[Episode]] = {}
-    for e in episodes:
-        persona = e.meta.get("persona") or {}
-        levels.setdefault(persona.get("level", "off"), []).append(e)
+    levels: dict[str, list[CompositeRow]] = {}
+    for r in rows:
+        levels.setdefault(r.level, []).append(r)
     for level, group in levels.items():
-        ev = evolif_summarize(evolif_view(group, loose), loose=loose)
+        ev = evolif_summarize_rows([r.evolif for r in group])
         out.update({f"persona/{level}/{k}": ev[k] for k in ("CSR", "ISR", "EDR_len")})
-        out[f"persona/{level}/DRFR"] = structflow_summarize(group, loose=loose)["DRFR"]
+        out[f"persona/{level}/DRFR"] = structflow_summarize_rows([r.checklist for r in group])["DRFR"]
         out[f"persona/{level}/episodes"] = float(len(group))
     return out

@@ -46,20 +46,25 @@ is NaN, never a made-up 0 or 1 -- except REC, as said above.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ifgym.core import Episode, TurnRecord, Verdict
 from ifgym.core.constraints import GROUPS
 from ifgym.errors import DataFormatError
 from ifgym.rewards.rubric import TurnOutcome, turn_outcome
 
+R = TypeVar("R")
+
 __all__ = [
     "HEADLINE",
     "EpisodeMetrics",
+    "EvolIFRow",
     "csr",
     "endurance",
     "episode_metrics",
+    "episode_row",
     "group_pass_rates",
     "isr",
     "recovery",
@@ -67,7 +72,9 @@ __all__ = [
     "robustness",
     "stability",
     "summarize",
+    "summarize_rows",
     "survival_curve",
+    "survival_of_lengths",
     "unknown_count",
 ]
 
@@ -173,6 +180,52 @@ def episode_metrics(episode: Episode, loose: bool = False) -> EpisodeMetrics:
 def _tallies(episodes: Sequence[Episode], loose: bool) -> list[EpisodeMetrics]:
     _check_episodes(episodes)
     return [episode_metrics(e, loose) for e in episodes]
+
+
+def _group_counts(episode: Episode, loose: bool) -> dict[str, tuple[int, int]]:
+    """Per constraint group of one episode: (yes, known) verdicts over its turns; groups never known left out."""
+    counts: dict[str, tuple[int, int]] = {}
+    for turn in episode.turns:
+        verdicts = _verdicts(turn, loose, f"episode {episode.episode_id!r} turn {turn.index}")
+        for constraint, verdict in zip(turn.spec.constraints, verdicts, strict=True):
+            if verdict.label == "unknown":
+                continue
+            yes, known = counts.get(constraint.group, (0, 0))
+            counts[constraint.group] = (yes + (verdict.label == "yes"), known + 1)
+    return counts
+
+
+def _pass_rates(counts: Iterable[dict[str, tuple[int, int]]]) -> dict[str, float]:
+    yes: dict[str, int] = {}
+    known: dict[str, int] = {}
+    for episode_counts in counts:
+        for group, (y, k) in episode_counts.items():
+            known[group] = known.get(group, 0) + k
+            yes[group] = yes.get(group, 0) + y
+    return {g: yes[g] / known[g] for g in sorted(known, key=_group_order)}
+
+
+@dataclass(frozen=True, slots=True)
+class EvolIFRow:
+    """One episode reduced to what `summarize_rows` needs: its tallies and its (yes, known) verdicts per group."""
+
+    tallies: EpisodeMetrics
+    groups: dict[str, tuple[int, int]]
+
+
+def episode_row(episode: Episode, loose: bool = False) -> EvolIFRow:
+    """One episode's row for `summarize_rows` (numbers only: a run keeps these, never its episodes)."""
+    return EvolIFRow(episode_metrics(episode, loose), _group_counts(episode, loose))
+
+
+def rows_of(episodes: Iterable[Episode], row: Callable[[Episode, bool], R], loose: bool) -> list[R]:
+    """`row` of each episode, in one pass over `episodes` (any iterable); refuses a lone Episode or no episodes."""
+    if isinstance(episodes, Episode):
+        raise DataFormatError("metrics take a list of episodes; wrap a single episode as [episode]")
+    rows = [row(e, loose) for e in episodes]
+    if not rows:
+        raise DataFormatError("metrics need at least one episode; got an empty list")
+    return rows
 
 
 def _csr(tallies: list[EpisodeMetrics]) -> float:
@@ -281,17 +334,7 @@ def group_pass_rates(episodes: Sequence[Episode], loose: bool = False) -> dict[s
     Groups that never had a known verdict are omitted. Keys follow the catalog's group order.
     """
     _check_episodes(episodes)
-    yes: dict[str, int] = {}
-    known: dict[str, int] = {}
-    for episode in episodes:
-        for turn in episode.turns:
-            verdicts = _verdicts(turn, loose, f"episode {episode.episode_id!r} turn {turn.index}")
-            for constraint, verdict in zip(turn.spec.constraints, verdicts, strict=True):
-                if verdict.label == "unknown":
-                    continue
-                known[constraint.group] = known.get(constraint.group, 0) + 1
-                yes[constraint.group] = yes.get(constraint.group, 0) + (verdict.label == "yes")
-    return {g: yes[g] / known[g] for g in sorted(known, key=_group_order)}
+    return _pass_rates(_group_counts(e, loose) for e in episodes)
 
 
 def _group_order(group: str) -> tuple[int, str]:
@@ -305,7 +348,11 @@ def survival_curve(episodes: Sequence[Episode]) -> list[float]:
     censoring correction), as in EvolIF's survival plots.
     """
     _check_episodes(episodes)
-    lengths = [len(e.turns) for e in episodes]
+    return survival_of_lengths([len(e.turns) for e in episodes])
+
+
+def survival_of_lengths(lengths: Sequence[int]) -> list[float]:
+    """`survival_curve` from the episodes' lengths (turns played), for a caller that kept only those."""
     n = len(lengths)
     return [sum(length >= t for length in lengths) / n for t in range(max(lengths) + 1)]
 
@@ -314,13 +361,20 @@ def survival_curve(episodes: Sequence[Episode]) -> list[float]:
 HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB")
 
 
-def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
-    """Every metric in one flat dict (for a results table or W&B).
+def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
+    """Every metric in one flat dict (for a results table or W&B), in one pass over `episodes`.
 
     Keys: episodes, turns, EDR_len, EDR_acc, EDR_succ, EDR_lss, CSR, ISR, REC, ROB, failed_turns,
     undetermined_turns, unknown, and `pass_rate/<group>` per constraint group.
     """
-    tallies = _tallies(episodes, loose)
+    return summarize_rows(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, float]:
+    """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here."""
+    if not rows:
+        raise DataFormatError("metrics need at least one episode; got an empty list")
+    tallies = [r.tallies for r in rows]
     edr = _endurance(tallies)
     out: dict[str, float] = {
         "episodes": float(len(tallies)),
@@ -337,6 +391,6 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
         "undetermined_turns": float(sum(t.undetermined for t in tallies)),
         "unknown": float(sum(t.unknown for t in tallies)),
     }
-    for group, rate in group_pass_rates(episodes, loose).items():
+    for group, rate in _pass_rates(r.groups for r in rows).items():
         out[f"pass_rate/{group}"] = rate
     return out

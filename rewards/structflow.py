@@ -53,7 +53,8 @@ import functools
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
 from ifgym.llm import Conversation
 from ifgym.rewards.checks import check
+from ifgym.rewards.evolif_metrics import rows_of
 from ifgym.rewards.judge import Judge, quote_found, unanswered
 from ifgym.rewards.questions import QuestionRule, question_rule
 from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
@@ -87,10 +89,12 @@ __all__ = [
     "StructFlowScorer",
     "TurnRow",
     "compute_metrics",
+    "episode_row",
     "parse_judgements",
     "rows_from_episodes",
     "score_file",
     "summarize",
+    "summarize_rows",
 ]
 
 Message = dict[str, str]
@@ -598,38 +602,39 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
     return out
 
 
-def rows_from_episodes(episodes: Sequence[Episode], loose: bool = False) -> list[TurnRow]:
-    """The scored turns of StructFlow episodes (strict verdicts, or loose with `loose=True`)."""
-    if isinstance(episodes, Episode):
-        raise DataFormatError("metrics take a list of episodes; wrap a single episode as [episode]")
-    if len(episodes) == 0:
-        raise DataFormatError("metrics need at least one episode; got an empty list")
+def episode_row(episode: Episode, loose: bool = False) -> tuple[TurnRow, ...]:
+    """One episode's scored turns (strict verdicts, or loose with `loose=True`): its row for `summarize_rows`."""
     rows = []
-    for episode in episodes:
-        for turn in episode.turns:
-            verdicts = turn.loose_verdicts if loose else turn.verdicts
-            checklist = turn.spec.checklist
-            if len(verdicts) != len(checklist):
-                raise DataFormatError(
-                    f"episode {episode.episode_id!r} turn {turn.index}: {len(verdicts)} verdicts for {len(checklist)} "
-                    "checklist items; a StructFlow turn needs one verdict per item, in the checklist's order"
-                )
-            meta = turn.spec.meta
-            rows.append(
-                TurnRow(
-                    labels=tuple(v.label for v in verdicts),
-                    types=tuple(i.type for i in checklist),
-                    weights=tuple(float(i.weight) for i in checklist),
-                    task=str(meta.get("task", "")),
-                    user_type=str(meta.get("user_type", "unknown")),
-                    relation=meta.get("relation") or FIRST_TURN,
-                    dialogue=str(meta.get("dialogue", episode.episode_id)),
-                )
+    for turn in episode.turns:
+        verdicts = turn.loose_verdicts if loose else turn.verdicts
+        checklist = turn.spec.checklist
+        if len(verdicts) != len(checklist):
+            raise DataFormatError(
+                f"episode {episode.episode_id!r} turn {turn.index}: {len(verdicts)} verdicts for {len(checklist)} "
+                "checklist items; a StructFlow turn needs one verdict per item, in the checklist's order"
             )
-    return rows
+        meta = turn.spec.meta
+        # interned: a run keeps a row per turn, and these few strings repeat in every one
+        rows.append(
+            TurnRow(
+                labels=tuple(sys.intern(v.label) for v in verdicts),
+                types=tuple(sys.intern(i.type) for i in checklist),
+                weights=tuple(float(i.weight) for i in checklist),
+                task=sys.intern(str(meta.get("task", ""))),
+                user_type=sys.intern(str(meta.get("user_type", "unknown"))),
+                relation=sys.intern(meta.get("relation") or FIRST_TURN),
+                dialogue=str(meta.get("dialogue", episode.episode_id)),
+            )
+        )
+    return tuple(rows)
 
 
-def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
+def rows_from_episodes(episodes: Iterable[Episode], loose: bool = False) -> list[TurnRow]:
+    """The scored turns of StructFlow episodes (strict verdicts, or loose with `loose=True`)."""
+    return [turn for row in rows_of(episodes, episode_row, loose) for turn in row]
+
+
+def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
     """StructFlow's metrics of finished episodes as one flat dict (results table, W&B).
 
     Keys: CSR, ISR, WCSR (per-turn mean, the headline), DRFR, WCSR_pooled (the paper's pooled
@@ -644,9 +649,16 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     DRFR, turns and items have the same names. Types and tasks never measured are left out here
     (with unknown verdicts a rate can be undefined), where `score_file` writes the script's 0.0.
     """
-    m = compute_metrics(rows_from_episodes(episodes, loose))
+    return summarize_rows(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows(rows: Sequence[tuple[TurnRow, ...]], loose: bool = False) -> dict[str, float]:
+    """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here."""
+    if not rows:
+        raise DataFormatError("metrics need at least one episode; got an empty list")
+    m = compute_metrics([turn for row in rows for turn in row])
     out: dict[str, float] = {k: m[k] for k in ("CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled")}
-    out["episodes"] = float(len(episodes))
+    out["episodes"] = float(len(rows))
     for key in ("turns", "items", "unknown", "undetermined_turns"):
         out[key] = float(m[key])
     out.update({f"pass_rate/{k}": v for k, v in m["types"].items()})

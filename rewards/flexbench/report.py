@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ifgym.core import Episode, Verdict
 from ifgym.errors import DataFormatError
+from ifgym.rewards.evolif_metrics import rows_of
 from ifgym.rewards.flexbench.dimensions import DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
 
@@ -71,8 +73,12 @@ def _mean(values: Sequence[float]) -> float:
 
 def dimension_rates(dims: DimensionSet, scores: Sequence[FlexScores]) -> dict[str, float]:
     """Per dimension, gated yes / (yes + no) over the episodes; NaN where never known."""
+    return _rates(dims.ids, scores)
+
+
+def _rates(ids: Sequence[str], scores: Sequence[FlexScores]) -> dict[str, float]:
     out = {}
-    for dim_id in dims.ids:
+    for dim_id in ids:
         yes = sum(s.labels[dim_id] == "yes" for s in scores)
         no = sum(s.labels[dim_id] == "no" for s in scores)
         out[dim_id] = yes / (yes + no) if yes + no else math.nan
@@ -91,8 +97,27 @@ HEADLINE: tuple[str, ...] = (
 )
 
 
-def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, float]:
-    """FlexBench's headline metrics over one SOP's episodes (flat dict of floats; NaN = n/a).
+@dataclass(frozen=True, slots=True)
+class FlexRow:
+    """One episode as `summarize_rows` needs it: its dimension set's name and ids, scores, length and end."""
+
+    episode_id: str
+    sop: str
+    ids: tuple[str, ...]
+    scores: FlexScores | None
+    turns: int
+    done_reason: str
+
+
+def episode_row(episode: Episode, loose: bool = False) -> FlexRow:
+    """One episode's row for `summarize_rows` (`loose` is ignored: dimension verdicts have no loose variant)."""
+    dims = episode_dimensions(episode)
+    scores = episode_scores(episode, dims)
+    return FlexRow(episode.episode_id, dims.sop, dims.ids, scores, len(episode.turns), episode.done_reason)
+
+
+def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
+    """FlexBench's headline metrics over one SOP's episodes (flat dict of floats; NaN = n/a), in one pass.
 
     `turns` (total) and `turns_per_episode`; `coverage` / `achievement` / `compliance` / `score`:
     means over episodes, the headline (achievement and compliance over the episodes where they are
@@ -104,8 +129,22 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     ever known. `loose` is accepted and ignored: dimension verdicts have no loose variant (the env
     says so with `loose_metrics = False`, and the CLI prints no loose column for it).
     """
-    dims, scores = _corpus(episodes)
-    n = len(episodes)
+    return summarize_rows(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows(rows: Sequence[FlexRow], loose: bool = False) -> dict[str, float]:
+    """`summarize` from the episodes' rows (`episode_row`); refuses rows of more than one dimension set."""
+    if not rows:
+        raise DataFormatError("metrics need at least one episode; got an empty list")
+    first = rows[0]
+    for r in rows[1:]:
+        if r.sop != first.sop or r.ids != first.ids:
+            raise DataFormatError(
+                f"episode {r.episode_id!r} was scored with other dimensions than {first.episode_id!r}; "
+                "summarize one SOP's episodes at a time"
+            )
+    scores = [r.scores for r in rows if r.scores is not None]
+    n = len(rows)
     attempted = sum(s.attempted for s in scores)
     base_total = sum(s.base_total for s in scores)
     yes = sum(s.branch_yes for s in scores)
@@ -115,8 +154,8 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
     out: dict[str, float] = {
         "episodes": float(n),
         "judged_episodes": float(len(scores)),
-        "turns": float(sum(len(e.turns) for e in episodes)),
-        "turns_per_episode": float(sum(len(e.turns) for e in episodes)) / n,
+        "turns": float(sum(r.turns for r in rows)),
+        "turns_per_episode": float(sum(r.turns for r in rows)) / n,
         "coverage": _mean([s.coverage for s in scores]),
         "achievement": _mean([s.achievement for s in scores]),
         "compliance": _mean([s.compliance for s in scores]),
@@ -129,10 +168,10 @@ def summarize(episodes: Sequence[Episode], loose: bool = False) -> dict[str, flo
         "gated_out": float(sum(s.gated_out for s in scores)),
         "exclusive_conflicts": float(sum(s.exclusive_conflicts for s in scores)),
     }
-    reasons = sorted({e.done_reason or "unfinished" for e in episodes})
+    reasons = sorted({r.done_reason or "unfinished" for r in rows})
     for reason in reasons:
-        out[f"end/{reason}"] = sum((e.done_reason or "unfinished") == reason for e in episodes) / n
-    for dim_id, rate in dimension_rates(dims, scores).items():
+        out[f"end/{reason}"] = sum((r.done_reason or "unfinished") == reason for r in rows) / n
+    for dim_id, rate in _rates(first.ids, scores).items():
         if not math.isnan(rate):
             out[f"pass_rate/{dim_id}"] = rate
     return out
