@@ -311,14 +311,14 @@ BASE_KINDS = ("chat", "scripted", "transformers")
 POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent")
 
 
-def policy_cost(episodes: list[Any]) -> dict[str, float] | None:
+def policy_cost(tally: Any) -> dict[str, float] | None:
     """Calls per turn, ACT, rewrite and per-role tokens per turn over episodes played by a wrapper; else None.
 
-    Read from each episode's `meta["policy_usage"]`, which wrappers fill with per-episode totals
-    (turns, calls and tokens per role, context and rewrite tokens), and `meta["policy_trace"]`,
-    whose counters of defaults taken are added up over the episodes (`counters`).
+    Read from the run's tally (`report.RunTally`): each episode's `meta["policy_usage"]`, which
+    wrappers fill with per-episode totals (turns, calls and tokens per role, context and rewrite
+    tokens), and the counters of defaults taken in `meta["policy_trace"]`, added up (`counters`).
     """
-    usages = [e.meta.get("policy_usage", {}) for e in episodes]
+    usages = tally.policy_usage
     if not usages or not all("turns" in u and "context_tokens" in u for u in usages):
         return None
     turns = sum(u["turns"] for u in usages)
@@ -329,11 +329,7 @@ def policy_cost(episodes: list[Any]) -> dict[str, float] | None:
         out[f"{key}_per_turn"] = sum(u.get(key, 0) for u in usages) / turns
     out["ACT"] = sum(u["context_tokens"] for u in usages) / turns
     out["estimated_calls"] = sum(u.get("missing_usage", 0) for u in usages)
-    counters: dict[str, int] = {}
-    for e in episodes:
-        for name, value in e.meta.get("policy_trace", {}).get("counters", {}).items():
-            counters[name] = counters.get(name, 0) + value
-    out["counters"] = counters
+    out["counters"] = dict(tally.policy_counters)
     return out
 
 
@@ -384,14 +380,17 @@ def _claim_run_folder(out: Path) -> None:
             )
 
 
-def run_intervals(episodes: list[Any], summary: dict[str, Any], env: Any, settings: Any) -> dict[str, Any]:
-    """`ci` (bootstrap interval per headline metric and pass rate, strict and loose) and `ci_settings`."""
+def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) -> dict[str, Any]:
+    """`ci` (bootstrap interval per headline metric and pass rate, strict and loose) and `ci_settings`.
+
+    Resamples the episodes' rows in the run's tally (`report.RunTally`) with the env's `summarize_rows`.
+    """
     from ifgym.stats import intervals, metric_names
 
     ci = {
         mode: intervals(
-            episodes,
-            env.summarize,
+            getattr(tally, mode),
+            env.summarize_rows,
             metric_names(summary[mode], env.headline_metrics),
             loose=mode == "loose",
             settings=settings,
@@ -664,20 +663,21 @@ def report_run(
     """
     from ifgym.envs.rollout import usage_totals
     from ifgym.llm import Usage
-    from ifgym.report import chart_data, results_table, run_title, user_stats, write_plots, write_summary
+    from ifgym.report import RunTally, chart_data, results_table, run_title, write_plots, write_summary
 
-    summarize = env.summarize
     semantics = getattr(env, "checker_semantics", "ifgym")
-    loose = summarize(episodes, loose=True) if _has_loose(env) else {}
-    summary = {"protocol": env.protocol(), "strict": summarize(episodes), "loose": loose}
+    # one pass over the episodes file: each episode is read, reduced to rows and counts, and dropped
+    tally = RunTally.of(episodes, env, loose=_has_loose(env))
+    loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) else {}
+    summary = {"protocol": env.protocol(), "strict": env.summarize_rows(tally.strict), "loose": loose}
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)
     key = record.data["run_key"]
     totals = usage_totals(out, key)
     summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in roles} | totals
-    summary["user_stats"] = user_stats(episodes)
-    cost = policy_cost(list(episodes))
+    summary["user_stats"] = tally.user_stats
+    cost = policy_cost(tally)
     if cost is not None:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
@@ -695,10 +695,10 @@ def report_run(
         "models": record.data["models"],
     }
     if ci_settings is not None:
-        summary.update(run_intervals(list(episodes), summary, env, ci_settings))
-    charts = chart_data(episodes, summary)
+        summary.update(run_intervals(tally, summary, env, ci_settings))
+    charts = chart_data(tally, summary)
     files = shard is None and resolved["plots"]
-    plots = write_plots(episodes, summary, out.parent) if files else {}
+    plots = write_plots(tally, summary, out.parent) if files else {}
     if hasattr(env, "write_report") and shard is None:  # env-specific files (FlexBench: dimension table, heatmap)
         plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
     summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -117,13 +118,45 @@ def failure_line(failures: dict[str, Any]) -> str:
     return f"failed episodes: {count} ({kinds}); rerun into the same output to retry them"
 
 
-def user_stats(episodes: Sequence[Episode]) -> dict[str, int | float]:
-    """The user simulator's counters (renders, LLM fallbacks, regenerations …) summed over episodes."""
-    total: dict[str, int | float] = {}
-    for episode in episodes:
-        for key, value in episode.meta.get("user_stats", {}).items():
-            total[key] = total.get(key, 0) + value
-    return total
+def _add(total: dict[str, Any], counts: dict[str, Any]) -> None:
+    for key, value in counts.items():
+        total[key] = total.get(key, 0) + value
+
+
+@dataclass
+class RunTally:
+    """What a run's summary, intervals and plots need from its episodes, gathered in one pass: no Episode is kept.
+
+    `strict` / `loose`: the env's `episode_row` of each episode (strict and loose verdicts; the
+    loose ones only when asked); `lengths`: turns played per episode; `patience`: whether any turn
+    had a patience value; `user_stats`: the user simulator's counters (renders, LLM fallbacks,
+    regenerations …) summed; `policy_usage`: each episode's `meta["policy_usage"]`;
+    `policy_counters`: the counters of `meta["policy_trace"]` summed.
+    """
+
+    strict: list[Any] = field(default_factory=list)
+    loose: list[Any] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    patience: bool = False
+    user_stats: dict[str, int | float] = field(default_factory=dict)
+    policy_usage: list[dict[str, Any]] = field(default_factory=list)
+    policy_counters: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, episodes: Iterable[Episode], env: Any = None, *, loose: bool = False) -> RunTally:
+        """One pass over `episodes` (a run's `StoredEpisodes` reads each from its file); rows only with an `env`."""
+        tally = cls()
+        for episode in episodes:
+            if env is not None:
+                tally.strict.append(env.episode_row(episode))
+                if loose:
+                    tally.loose.append(env.episode_row(episode, loose=True))
+            tally.lengths.append(len(episode.turns))
+            tally.patience = tally.patience or any(t.patience is not None for t in episode.turns)
+            _add(tally.user_stats, episode.meta.get("user_stats", {}))
+            tally.policy_usage.append(episode.meta.get("policy_usage", {}))
+            _add(tally.policy_counters, episode.meta.get("policy_trace", {}).get("counters", {}))
+        return tally
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:
@@ -145,19 +178,19 @@ SURVIVAL_OFF = (
 )
 
 
-def chart_data(episodes: Sequence[Episode], summary: dict[str, Any]) -> dict[str, Any]:
-    """What the plots (and W&B's native charts) show, computed once.
+def chart_data(tally: RunTally, summary: dict[str, Any]) -> dict[str, Any]:
+    """What the plots (and W&B's native charts) show, computed once from the run's tally and summary.
 
     `survival`: (turn, share of dialogues still going) points, or None when patience is off in
     every episode (`survival_note` says so); `group_pass_rates`: {mode: {group: rate}} from the
     summary's `pass_rate/<group>` (strict, and loose when the env has it); `group_intervals`: their
     bootstrap intervals when the summary has them.
     """
-    from ifgym.rewards.evolif_metrics import survival_curve
+    from ifgym.rewards.evolif_metrics import survival_of_lengths
 
     out: dict[str, Any] = {"survival": None, "survival_note": None}
-    if any(t.patience is not None for e in episodes for t in e.turns):
-        out["survival"] = list(enumerate(survival_curve(episodes)))
+    if tally.patience:
+        out["survival"] = list(enumerate(survival_of_lengths(tally.lengths)))
     else:
         out["survival_note"] = SURVIVAL_OFF
     prefix = "pass_rate/"
@@ -232,7 +265,7 @@ def group_figure(
     return fig
 
 
-def write_plots(episodes: Sequence[Episode], summary: dict[str, Any], folder: Path) -> dict[str, Path]:
+def write_plots(tally: RunTally, summary: dict[str, Any], folder: Path) -> dict[str, Path]:
     """The survival curve (when patience is on) and the pass rates per group as PNGs; returns their paths.
 
     `chart_data` decides what is drawn: no survival curve when patience is off, no group plot for
@@ -241,7 +274,7 @@ def write_plots(episodes: Sequence[Episode], summary: dict[str, Any], folder: Pa
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    data = chart_data(episodes, summary)
+    data = chart_data(tally, summary)
     subtitle = _subtitle(summary)
     paths: dict[str, Path] = {}
     figures = {}

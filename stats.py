@@ -88,14 +88,18 @@ def _percentiles(draws: np.ndarray, level: float) -> list[list[float] | None]:
 
 
 def intervals(
-    episodes: Sequence[Episode],
+    episodes: Sequence[Any],
     summarize: Summarize,
     metrics: Sequence[str],
     *,
     loose: bool = False,
     settings: CISettings | None = None,
 ) -> dict[str, list[float] | None]:
-    """Bootstrap interval of each metric of `summarize(episodes, loose=loose)`, resampling dialogues."""
+    """Bootstrap interval of each metric of `summarize(episodes, loose=loose)`, resampling dialogues.
+
+    `episodes` are the dialogues: Episodes with the env's `summarize`, or (as `ifgym eval` does,
+    keeping no episode in memory) their `env.episode_row`s with the env's `summarize_rows`.
+    """
     settings = settings or CISettings()
     episodes = list(episodes)
     if len(episodes) < 2 or not metrics:

@@ -1,6 +1,6 @@
 """The episode runner's throughput, CPU and memory, side by side in one run.
 
-    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray]
+    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only memory]
 
 Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
 ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
@@ -13,7 +13,8 @@ CannedClient (no HTTP: the env and runner's own share of the driver's CPU); Ray 
 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded).
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
-builds the run's summary as `ifgym eval` does, for each N in `--sizes`.
+builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
+bootstrap intervals, chart data), for each N in `--sizes`. `--only throughput` / `--only memory` runs one part.
 """
 
 from __future__ import annotations
@@ -110,12 +111,20 @@ MEMORY_CHILD = """
 import json, resource, sys
 import gymnasium as gym
 import ifgym
-from ifgym.envs.rollout import run
+from ifgym.cli import run_intervals
+from ifgym.envs.rollout import run, usage_totals
 from ifgym.policies import ScriptedPolicy
+from ifgym.report import RunTally, chart_data
+from ifgym.stats import CISettings
 n, out = int(sys.argv[1]), sys.argv[2]
 make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
 result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)
-summary = make_env().unwrapped.summarize(result.episodes)
+env = make_env().unwrapped
+tally = RunTally.of(result.episodes, env, loose=True)
+summary = {"strict": env.summarize_rows(tally.strict), "loose": env.summarize_rows(tally.loose, loose=True)}
+summary["usage"] = usage_totals(out, "run")
+summary.update(run_intervals(tally, summary, env, CISettings()))
+charts = chart_data(tally, summary)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps({"episodes": len(result.episodes), "peak_rss_mb": peak}))
 """
@@ -138,7 +147,15 @@ def main():
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--only", choices=("throughput", "memory"), help="run one part of the benchmark")
     args = parser.parse_args()
+    if args.only != "memory":
+        print_throughput(args)
+    if args.only != "throughput":
+        print_memory(args.sizes)
+
+
+def print_throughput(args):
     rows = []
     throughput(args.latency, args.turns, 2, 2)  # warm-up: imports, the first connections
     for c in (1, 8, 64):
@@ -159,12 +176,15 @@ def main():
         rate_cells = f"{rate:>8.1f} {r['ideal']:>7.0f} {r['ratio']:>6.2f}" if rate else f"{'-':>8} {'-':>7} {'-':>6}"
         server_cell = f"{server:>19.2f}" if server is not None else f"{'-':>19}"
         print(f"{kind:<8} {label:<18} {r['turns']:>6} {rate_cells} {r['cpu_ms_per_turn']:>19.2f} {server_cell}")
+
+
+def print_memory(sizes):
     print("\npeak RSS (scripted policy, 10-turn episodes, summary built):")
     base = None
-    for n in args.sizes:
+    for n in sizes:
         m = peak_rss(n)
         base = base or m["peak_rss_mb"]
-        print(f"  {n:>5} episodes: {m['peak_rss_mb']:.1f} MB ({m['peak_rss_mb'] / base:.3f}x of {args.sizes[0]})")
+        print(f"  {n:>5} episodes: {m['peak_rss_mb']:.1f} MB ({m['peak_rss_mb'] / base:.3f}x of {sizes[0]})")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from ifgym.envs.rollout import rollout
 from ifgym.policies import ScriptedPolicy
 from ifgym.report import (
     SURVIVAL_OFF,
+    RunTally,
     chart_data,
     comparison_figure,
     group_figure,
@@ -61,7 +62,7 @@ def test_run_title_names_env_policy_judge_episodes_and_date():
 
 def test_survival_curve_has_whole_turn_ticks_and_says_what_was_measured():
     episodes = play(3, patience=2, max_turns=6)  # every reply fails: each dialogue ends after 2 turns
-    data = chart_data(episodes, summary_of(episodes))
+    data = chart_data(RunTally.of(episodes), summary_of(episodes))
     assert data["survival"] == [(0, 1.0), (1, 1.0), (2, 1.0)] and data["survival_note"] is None
     fig = survival_figure(data["survival"], run_title(summary_of(episodes)))
     (ax,) = fig.axes
@@ -75,9 +76,9 @@ def test_survival_curve_has_whole_turn_ticks_and_says_what_was_measured():
 def test_no_survival_curve_when_patience_is_off(tmp_path):
     episodes = play(2, patience=None, max_turns=3)
     summary = summary_of(episodes)
-    data = chart_data(episodes, summary)
+    data = chart_data(RunTally.of(episodes), summary)
     assert data["survival"] is None and data["survival_note"] == SURVIVAL_OFF and "patience is off" in SURVIVAL_OFF
-    paths = write_plots(episodes, summary, tmp_path)
+    paths = write_plots(RunTally.of(episodes), summary, tmp_path)
     assert set(paths) == {"group_plot"} and not (tmp_path / "survival.png").exists()
 
 
@@ -102,10 +103,10 @@ def test_group_plot_of_a_run_shows_its_intervals(tmp_path):
     summary = summary_of(episodes)
     groups = [k.split("/", 1)[1] for k in summary["strict"] if k.startswith("pass_rate/")]
     summary["ci"] = {"strict": {f"pass_rate/{g}": [0.0, 0.0] for g in groups}}
-    data = chart_data(episodes, summary)
+    data = chart_data(RunTally.of(episodes), summary)
     assert set(data["group_pass_rates"]) == {"strict", "loose"} and list(data["group_pass_rates"]["strict"]) == groups
     assert data["group_intervals"]["strict"] == {g: [0.0, 0.0] for g in groups}
-    paths = write_plots(episodes, summary, tmp_path)
+    paths = write_plots(RunTally.of(episodes), summary, tmp_path)
     assert paths["group_plot"].read_bytes()[:4] == b"\x89PNG"
 
 
