@@ -311,28 +311,6 @@ BASE_KINDS = ("chat", "scripted", "transformers")
 POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent")
 
 
-def policy_cost(tally: Any) -> dict[str, float] | None:
-    """Calls per turn, ACT, rewrite and per-role tokens per turn over episodes played by a wrapper; else None.
-
-    Read from the run's tally (`report.RunTally`): each episode's `meta["policy_usage"]`, which
-    wrappers fill with per-episode totals (turns, calls and tokens per role, context and rewrite
-    tokens), and the counters of defaults taken in `meta["policy_trace"]`, added up (`counters`).
-    """
-    usages = tally.policy_usage
-    if not usages or not all("turns" in u and "context_tokens" in u for u in usages):
-        return None
-    turns = sum(u["turns"] for u in usages)
-    if turns == 0:
-        return None
-    out: dict[str, Any] = {"turns": turns, "calls_per_turn": sum(u["calls"] for u in usages) / turns}
-    for key in ("base_calls", "light_calls", "base_prompt_tokens", "light_prompt_tokens", "rewrite_tokens"):
-        out[f"{key}_per_turn"] = sum(u.get(key, 0) for u in usages) / turns
-    out["ACT"] = sum(u["context_tokens"] for u in usages) / turns
-    out["estimated_calls"] = sum(u.get("missing_usage", 0) for u in usages)
-    out["counters"] = dict(tally.policy_counters)
-    return out
-
-
 def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
     """A factory of envs from the env and judge groups; model settings (`*_llm`) become shared clients."""
     import gymnasium as gym
@@ -677,7 +655,7 @@ def report_run(
     totals = usage_totals(out, key)
     summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in roles} | totals
     summary["user_stats"] = tally.user_stats
-    cost = policy_cost(tally)
+    cost = tally.policy_cost()
     if cost is not None:
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)

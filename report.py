@@ -123,6 +123,20 @@ def _add(total: dict[str, Any], counts: dict[str, Any]) -> None:
         total[key] = total.get(key, 0) + value
 
 
+_WRAPPER_USAGE = ("turns", "context_tokens")  # what only a wrapper's usage has
+POLICY_COST_USAGE = (
+    "turns",
+    "calls",
+    "base_calls",
+    "light_calls",
+    "base_prompt_tokens",
+    "light_prompt_tokens",
+    "rewrite_tokens",
+    "context_tokens",
+    "missing_usage",
+)
+
+
 @dataclass
 class RunTally:
     """What a run's summary, intervals and plots need from its episodes, gathered in one pass: no Episode is kept.
@@ -130,7 +144,8 @@ class RunTally:
     `strict` / `loose`: the env's `episode_row` of each episode (strict and loose verdicts; the
     loose ones only when asked); `lengths`: turns played per episode; `patience`: whether any turn
     had a patience value; `user_stats`: the user simulator's counters (renders, LLM fallbacks,
-    regenerations …) summed; `policy_usage`: each episode's `meta["policy_usage"]`;
+    regenerations …) summed; `policy_usage`: the `meta["policy_usage"]` figures `policy_cost`
+    reads, summed, and `policy_wrapped` whether every episode had them (a wrapper played it);
     `policy_counters`: the counters of `meta["policy_trace"]` summed.
     """
 
@@ -139,7 +154,8 @@ class RunTally:
     lengths: list[int] = field(default_factory=list)
     patience: bool = False
     user_stats: dict[str, int | float] = field(default_factory=dict)
-    policy_usage: list[dict[str, Any]] = field(default_factory=list)
+    policy_usage: dict[str, int | float] = field(default_factory=dict)
+    policy_wrapped: bool = True
     policy_counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -154,9 +170,31 @@ class RunTally:
             tally.lengths.append(len(episode.turns))
             tally.patience = tally.patience or any(t.patience is not None for t in episode.turns)
             _add(tally.user_stats, episode.meta.get("user_stats", {}))
-            tally.policy_usage.append(episode.meta.get("policy_usage", {}))
+            usage = episode.meta.get("policy_usage", {})
+            tally.policy_wrapped = tally.policy_wrapped and all(key in usage for key in _WRAPPER_USAGE)
+            if tally.policy_wrapped:
+                _add(tally.policy_usage, {key: usage.get(key, 0) for key in POLICY_COST_USAGE})
             _add(tally.policy_counters, episode.meta.get("policy_trace", {}).get("counters", {}))
         return tally
+
+    def policy_cost(self) -> dict[str, Any] | None:
+        """Calls per turn, ACT, rewrite and per-role tokens per turn over episodes played by a wrapper; else None.
+
+        From each episode's `meta["policy_usage"]`, which wrappers fill with per-episode totals
+        (turns, calls and tokens per role, context and rewrite tokens), and `meta["policy_trace"]`,
+        whose counters of defaults taken are added up over the episodes (`counters`).
+        """
+        usage = self.policy_usage
+        if not self.lengths or not self.policy_wrapped or usage["turns"] == 0:
+            return None
+        turns = usage["turns"]
+        out: dict[str, Any] = {"turns": turns, "calls_per_turn": usage["calls"] / turns}
+        for key in ("base_calls", "light_calls", "base_prompt_tokens", "light_prompt_tokens", "rewrite_tokens"):
+            out[f"{key}_per_turn"] = usage[key] / turns
+        out["ACT"] = usage["context_tokens"] / turns
+        out["estimated_calls"] = usage["missing_usage"]
+        out["counters"] = dict(self.policy_counters)
+        return out
 
 
 def write_summary(summary: dict[str, Any], path: Path) -> None:

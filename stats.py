@@ -106,7 +106,9 @@ def intervals(
         return dict.fromkeys(metrics)
     rng = np.random.default_rng(settings.seed)
     draws = np.empty((settings.resamples, len(metrics)))
-    for b, row in enumerate(rng.integers(0, len(episodes), size=(settings.resamples, len(episodes)))):
+    for b in range(settings.resamples):
+        # a draw at a time (the same numbers as one resamples x n matrix, without its memory)
+        row = rng.integers(0, len(episodes), size=len(episodes))
         draws[b] = _values(summarize([episodes[i] for i in row], loose=loose), metrics)
     return dict(zip(metrics, _percentiles(draws, settings.level), strict=True))
 
@@ -177,7 +179,8 @@ def compare(
     point_a, point_b = values(np.arange(n)), values(np.arange(n, 2 * n))
     rng = np.random.default_rng(settings.seed)
     draws = np.empty((settings.resamples, len(metrics)))
-    for r, row in enumerate(rng.integers(0, n, size=(settings.resamples, n))):
+    for r in range(settings.resamples):
+        row = rng.integers(0, n, size=n)  # a draw at a time, as in `intervals`
         # the two runs' values over the same drawn pairs; not cached (draws rarely repeat)
         va = _values(summarize([a[i] for i in row], loose=loose), metrics)
         vb = _values(summarize([b[i] for i in row], loose=loose), metrics)

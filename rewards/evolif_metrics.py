@@ -46,6 +46,7 @@ is NaN, never a made-up 0 or 1 -- except REC, as said above.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -106,7 +107,7 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den else math.nan
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class EpisodeMetrics:
     """Per-episode tallies from which every dialogue metric is built.
 
@@ -182,24 +183,29 @@ def _tallies(episodes: Sequence[Episode], loose: bool) -> list[EpisodeMetrics]:
     return [episode_metrics(e, loose) for e in episodes]
 
 
-def _group_counts(episode: Episode, loose: bool) -> dict[str, tuple[int, int]]:
-    """Per constraint group of one episode: (yes, known) verdicts over its turns; groups never known left out."""
-    counts: dict[str, tuple[int, int]] = {}
+GroupCounts = tuple[tuple[str, int, int], ...]  # (group, yes, known) per constraint group
+
+
+def _group_counts(episode: Episode, loose: bool) -> GroupCounts:
+    """Per constraint group of one episode: (group, yes, known) verdicts over its turns; groups never known left out."""
+    yes: dict[str, int] = {}
+    known: dict[str, int] = {}
     for turn in episode.turns:
         verdicts = _verdicts(turn, loose, f"episode {episode.episode_id!r} turn {turn.index}")
         for constraint, verdict in zip(turn.spec.constraints, verdicts, strict=True):
             if verdict.label == "unknown":
                 continue
-            yes, known = counts.get(constraint.group, (0, 0))
-            counts[constraint.group] = (yes + (verdict.label == "yes"), known + 1)
-    return counts
+            known[constraint.group] = known.get(constraint.group, 0) + 1
+            yes[constraint.group] = yes.get(constraint.group, 0) + (verdict.label == "yes")
+    # tuples of interned names: a run keeps one of these per episode
+    return tuple((sys.intern(g), yes[g], known[g]) for g in known)
 
 
-def _pass_rates(counts: Iterable[dict[str, tuple[int, int]]]) -> dict[str, float]:
+def _pass_rates(counts: Iterable[GroupCounts]) -> dict[str, float]:
     yes: dict[str, int] = {}
     known: dict[str, int] = {}
     for episode_counts in counts:
-        for group, (y, k) in episode_counts.items():
+        for group, y, k in episode_counts:
             known[group] = known.get(group, 0) + k
             yes[group] = yes.get(group, 0) + y
     return {g: yes[g] / known[g] for g in sorted(known, key=_group_order)}
@@ -207,10 +213,10 @@ def _pass_rates(counts: Iterable[dict[str, tuple[int, int]]]) -> dict[str, float
 
 @dataclass(frozen=True, slots=True)
 class EvolIFRow:
-    """One episode reduced to what `summarize_rows` needs: its tallies and its (yes, known) verdicts per group."""
+    """One episode reduced to what `summarize_rows` needs: its tallies and its (group, yes, known) verdict counts."""
 
     tallies: EpisodeMetrics
-    groups: dict[str, tuple[int, int]]
+    groups: GroupCounts
 
 
 def episode_row(episode: Episode, loose: bool = False) -> EvolIFRow:
