@@ -253,6 +253,8 @@ class StoredEpisodes(Sequence[Episode]):
             return self._read(f, self._offsets[index])
 
     def __iter__(self) -> Iterator[Episode]:
+        if not self._offsets:  # nothing to read (the file may not exist)
+            return
         with self.path.open("rb") as f:
             for offset in self._offsets:
                 yield self._read(f, offset)
