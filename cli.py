@@ -1019,7 +1019,7 @@ def merge_runs(args: list[str]) -> int:
     shards recorded in their `run.shard-I-of-N.json`. Returns 1 when episodes failed, as eval does.
     """
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import FailedEpisode, failure_summary, iter_records
+    from ifgym.envs.rollout import StoredEpisodes, failure_summary, latest_lines
     from ifgym.envs.shards import combine, shards_of
     from ifgym.errors import ConfigError
     from ifgym.records import RECORD_FILE, RunRecord
@@ -1053,12 +1053,11 @@ def merge_runs(args: list[str]) -> int:
         f"failed episodes ({combined.added} lines from the shards)",
         file=sys.stderr,
     )
-    latest: dict[int, Any] = {}
-    for item in iter_records(run_file):  # a seed's last line is its record
-        latest[item.seed] = item
+    # a seed's last line is its record; finished episodes are read from the file when summarized
+    latest = {line.seed: line for line in latest_lines(run_file).values()}
     records_by_seed = [latest[seed] for seed in sorted(latest)]
-    failed = [r for r in records_by_seed if isinstance(r, FailedEpisode)]
-    episodes = [r for r in records_by_seed if not isinstance(r, FailedEpisode)]
+    failed = [r.failed for r in records_by_seed if r.failed is not None]
+    episodes = StoredEpisodes(run_file, [r.offset for r in records_by_seed if r.failed is None])
     if not episodes:
         raise ConfigError(f"merge: no finished episodes in {run_file}; rerun the shards to retry the failed ones")
     shard_summaries = [
