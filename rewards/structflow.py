@@ -493,7 +493,7 @@ class StructFlowScorer(RulesThenJudge):
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # a run's summary keeps one per turn
 class TurnRow:
     """One scored turn as the metrics see it: each item's label, type and weight, and the turn's groups."""
 
@@ -623,7 +623,7 @@ def episode_row(episode: Episode, loose: bool = False) -> tuple[TurnRow, ...]:
                 task=sys.intern(str(meta.get("task", ""))),
                 user_type=sys.intern(str(meta.get("user_type", "unknown"))),
                 relation=sys.intern(meta.get("relation") or FIRST_TURN),
-                dialogue=str(meta.get("dialogue", episode.episode_id)),
+                dialogue=sys.intern(str(meta.get("dialogue", episode.episode_id))),
             )
         )
     return tuple(rows)
