@@ -43,7 +43,7 @@ class FailsOn:
 
 def live_episodes() -> int:
     gc.collect()
-    return sum(isinstance(o, Episode) for o in gc.get_objects())
+    return sum(type(o) is Episode for o in gc.get_objects())  # type(): no attribute lookups on odd objects
 
 
 def test_a_run_with_output_holds_no_episode_and_reads_them_back_from_the_file(tmp_path):
