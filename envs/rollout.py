@@ -165,10 +165,11 @@ def record_from_json(data: dict[str, Any]) -> Record:
     return FailedEpisode.from_json(data) if data.get("failed") else Episode.from_json(data)
 
 
-def _read_lines(path: str | Path, parse: Callable[[dict[str, Any]], T]) -> Iterator[tuple[int, T]]:
-    """(byte offset, `parse` of the line's object) for every line of an episodes file, one line in memory at a time.
+def read_lines(path: str | Path, parse: Callable[[dict[str, Any], bytes], T]) -> Iterator[tuple[int, int, T]]:
+    """(line number, byte offset, `parse(object, raw line)`) for every line of an episodes file, one at a time.
 
-    A cut-off last line (an interrupted write) is ignored; any other unreadable line is a DataFormatError.
+    A cut-off last line (an interrupted write) is ignored; any other unreadable line (bad JSON, or
+    `parse` failing on it with KeyError/TypeError/ValueError/AttributeError) is a DataFormatError.
     """
     path = not_a_folder(path, "episodes file")
     if not path.exists():
@@ -180,13 +181,18 @@ def _read_lines(path: str | Path, parse: Callable[[dict[str, Any]], T]) -> Itera
             if not line.strip():
                 continue
             try:
-                value = parse(json.loads(line))
+                value = parse(json.loads(line), line)
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 if not line.endswith(b"\n"):  # the tail of an interrupted append (only the last line lacks one)
                     return
                 where = f"{path}:{number}"
                 raise DataFormatError(f"{where}: not an episode record ({exc}); fix or remove that line") from exc
-            yield start, value
+            yield number, start, value
+
+
+def _read_lines(path: str | Path, parse: Callable[[dict[str, Any]], T]) -> Iterator[tuple[int, T]]:
+    """(byte offset, `parse` of the line's object) for every line of an episodes file (see `read_lines`)."""
+    return ((offset, value) for _, offset, value in read_lines(path, lambda data, _raw: parse(data)))
 
 
 def iter_records(path: str | Path) -> Iterator[Record]:

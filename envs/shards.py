@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from ifgym.envs.rollout import _lock
+from ifgym.envs.rollout import _lock, read_lines
 from ifgym.errors import ConfigError, DataFormatError
 
 __all__ = ["Combined", "Shard", "combine", "finished_seeds", "run_file_of", "shard_files", "shards_of"]
@@ -128,31 +127,21 @@ class _Line:
     digest: bytes  # of the line's bytes: equal lines are one record seen twice
 
 
+def _head(data: dict[str, Any], raw: bytes) -> tuple[Any, bool, Any, bytes]:
+    return data["seed"], bool(data.get("failed")), (data.get("meta") or {}).get("run_key"), raw.rstrip(b"\n")
+
+
 def _scan(path: Path, source: int, run_key: str) -> Iterator[tuple[int, _Line]]:
     """(seed, line) of every record in an episodes file; a cut-off last line (an interrupted write) is skipped."""
-    with path.open("rb") as f:
-        offset = 0
-        for number, raw in enumerate(f, 1):
-            start, offset = offset, offset + len(raw)
-            if not raw.strip():
-                continue
-            try:
-                data = json.loads(raw)
-                seed, failed, key = data["seed"], bool(data.get("failed")), (data.get("meta") or {}).get("run_key")
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
-                if not raw.endswith(b"\n"):
-                    return
-                where = f"{path}:{number}"
-                raise DataFormatError(f"{where}: not an episode record ({exc}); fix or remove that line") from exc
-            if key != run_key:
-                raise ConfigError(
-                    f"{path}:{number} holds an episode of another configuration (run_key {key}; this run is "
-                    f"{run_key}). Only shards of one run combine: the same env, policy and judge settings"
-                )
-            if not isinstance(seed, int):
-                raise DataFormatError(f"{path}:{number}: an episode without a seed cannot be merged; remove that line")
-            body = raw.rstrip(b"\n")
-            yield seed, _Line(source, number, start, len(body), failed, hashlib.blake2b(body, digest_size=16).digest())
+    for number, start, (seed, failed, key, body) in read_lines(path, _head):
+        if key != run_key:
+            raise ConfigError(
+                f"{path}:{number} holds an episode of another configuration (run_key {key}; this run is "
+                f"{run_key}). Only shards of one run combine: the same env, policy and judge settings"
+            )
+        if not isinstance(seed, int):
+            raise DataFormatError(f"{path}:{number}: an episode without a seed cannot be merged; remove that line")
+        yield seed, _Line(source, number, start, len(body), failed, hashlib.blake2b(body, digest_size=16).digest())
 
 
 def finished_seeds(paths: Iterable[Path], run_key: str) -> set[int]:
