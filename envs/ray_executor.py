@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.envs.rollout import Record, Recorder, RunResult, play, record_from_json
+from ifgym.envs.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 from ifgym.errors import ConfigError
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
@@ -106,8 +106,7 @@ async def arun_ray(
     """
     if num_workers < 1:
         raise ConfigError(f"executor.num_workers must be >= 1, got {num_workers!r}")
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {concurrency!r}")
+    check_run_settings(concurrency, episode_timeout)
     recorder = Recorder(
         seeds,
         output=output,

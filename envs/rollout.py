@@ -575,6 +575,14 @@ class Recorder:
             self.log.close()
 
 
+def check_run_settings(concurrency: int, episode_timeout: float | None) -> None:
+    """Refuse a run's concurrency or per-episode deadline that no executor can honour, before anything starts."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"concurrency must be >= 1 (a whole number of episodes in flight), got {concurrency!r}")
+    if episode_timeout is not None and not episode_timeout > 0:
+        raise ConfigError(f"episode_timeout must be > 0 seconds (or null for none), got {episode_timeout!r}")
+
+
 async def arun(
     make_env: Callable[[], gym.Env],
     make_policy: Callable[[], Any],
@@ -595,10 +603,7 @@ async def arun(
     file (same `run_key`) are skipped, and failed ones are run again when `retry_failed`. Raises
     RunStoppedError once more than `max_failure_rate` of the episodes have failed.
     """
-    if concurrency < 1:
-        raise ConfigError(f"concurrency must be >= 1, got {concurrency!r}")
-    if episode_timeout is not None and episode_timeout <= 0:
-        raise ConfigError(f"episode_timeout must be > 0 seconds (or null for none), got {episode_timeout!r}")
+    check_run_settings(concurrency, episode_timeout)
     recorder = Recorder(
         seeds,
         output=output,

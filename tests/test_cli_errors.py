@@ -37,6 +37,7 @@ CASES = [
     (["episodes=many"], "could not be converted to Integer"),
     (["episodes=0"], "episodes must be >= 1"),
     (["concurrency=0"], "concurrency must be >= 1"),
+    (["episode_timeout=0"], "episode_timeout must be > 0 seconds"),
     (["ci_level=2"], "ci_level must be a number between 0 and 1"),
     (["logger=wandb", "logger.mode=sometimes"], "unknown W&B mode"),
     (["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.temperature=-1"], "temperature"),

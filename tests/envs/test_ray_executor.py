@@ -124,6 +124,19 @@ def test_cli_executor_ray_writes_the_run_and_counts_usage_from_the_workers(tmp_p
     assert "usage[policy]: 8 calls" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [({"episode_timeout": 0}, "episode_timeout must be > 0"), ({"concurrency": 0}, "concurrency must be >= 1")],
+)
+def test_bad_run_settings_are_refused_before_ray_starts(tmp_path, settings, message):
+    # the same check as the local executor's: a zero deadline would fail every episode in the workers
+    from ifgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        run_ray(make_env, lambda: ScriptedPolicy(["x"]), range(3), output=tmp_path / "e.jsonl", **settings)
+    assert not (tmp_path / "e.jsonl").exists()
+
+
 def test_more_workers_than_cpus_is_refused_not_a_silent_hang(tmp_path, local_ray):
     from ifgym.errors import ConfigError
 
