@@ -8,9 +8,10 @@ request after a fixed `--latency`. The server runs in a process of its own (a fr
 so its CPU is counted apart and it takes no GIL from the driver. One turn is one policy call, so
 the ideal is concurrency / latency turns/s; the table gives turns/s, its ratio to that ideal, the
 driver's CPU per turn (env + client; Ray workers' CPU is not in it) and the server's. Local
-executor at concurrency 1, 8 and 64; the same episodes at concurrency 64 with an in-process
-CannedClient (no HTTP: the env and runner's own share of the driver's CPU); Ray with 1 and 2
-workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded).
+executor at concurrency 1, 8 and 64 (about 4 rounds of episodes each; at 64 also 16 rounds, the
+steady rate); the same episodes at concurrency 64 with an in-process CannedClient (no HTTP: the
+env and runner's own share of the driver's CPU); Ray with 1 and 2 workers of concurrency 8 each
+(ideal: workers x 8 / latency; start-up excluded).
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
@@ -161,6 +162,8 @@ def print_throughput(args):
     for c in (1, 8, 64):
         episodes = max(4, 4 * c)  # about 4 rounds of `concurrency` episodes
         rows.append(("local", f"concurrency {c}", throughput(args.latency, args.turns, c, episodes)))
+    # 4 rounds are mostly ramp-up and tail at 64 (every episode starts, and ends, at once); 16 show the steady rate
+    rows.append(("local", "64, 16 rounds", throughput(args.latency, args.turns, 64, 16 * 64)))
     no_http = _play(None, args.latency, args.turns, 64, 256)
     rows.append(("local", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
     if not args.no_ray:
