@@ -425,6 +425,12 @@ class RunResult:
     failed: list[FailedEpisode]
     worker_deaths: int = 0  # Ray executor: workers that died (their episodes were redone)
 
+    def __repr__(self) -> str:
+        # counts, not every episode: asyncio.run formats the repr of its main task's result when it
+        # restores the SIGINT handler (for 256 four-turn episodes in a list, 0.3 s of CPU per run)
+        counts = f"{len(self.episodes)} episodes, {len(self.failed)} failed"
+        return f"RunResult({counts}, worker_deaths={self.worker_deaths})"
+
     @property
     def failures(self) -> dict[str, Any]:
         """Failed episodes counted by error type, with one example message per type (the summary's `failures`)."""

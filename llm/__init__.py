@@ -9,12 +9,12 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
   `CannedClient` (the test double);
 - `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`, and
   `resolve_client` (a client as given, or one built from a config);
-- `http`: the OpenAI-compatible backend: requests, retry counting, errors that name the fix;
+- `http`: the OpenAI-compatible backend over aiohttp: requests, retries, errors that name the fix;
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
 
-Heavy libraries load lazily: `import ifgym.llm` imports neither `openai` nor `llama_cpp`; the
-first HTTP client imports `openai`, the first embedded call imports `llama_cpp`.
+Heavy libraries load lazily: `import ifgym.llm` imports neither `aiohttp` nor `llama_cpp`; the
+first HTTP call imports `aiohttp`, the first embedded call imports `llama_cpp`.
 """
 
 from ifgym.llm.client import LLMClient, make_client, resolve_client

@@ -32,8 +32,8 @@ from ifgym.llm.http import HTTPBackend, ServerReply
 class LLMClient:
     """A chat model for one role (policy, user or judge): sync + async, concurrency limit, usage.
 
-    With `config.base_url` it talks to an OpenAI-compatible server through the `openai` package
-    (whose own retry machinery handles 408/409/429/5xx and `retry-after`); without it, it runs the
+    With `config.base_url` it talks to an OpenAI-compatible server (llm/http.py: retries of
+    408/409/429/5xx and connection errors, honouring `retry-after`); without it, it runs the
     embedded llama.cpp model in process. Every failure is a BackendError that names the fix.
     """
 
@@ -47,7 +47,7 @@ class LLMClient:
         self.usage = Usage()
         self._usage_lock = threading.Lock()
         self._sync_limit = threading.BoundedSemaphore(config.concurrency)
-        # asyncio primitives belong to one event loop: one semaphore (and async HTTP client) per loop.
+        # asyncio primitives belong to one event loop: one semaphore (and HTTP connections) per loop.
         self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, Any]]
         self._per_loop = weakref.WeakKeyDictionary()
         self._per_loop_lock = threading.Lock()
@@ -122,7 +122,7 @@ class LLMClient:
         return self._embedded.count_tokens(msgs)
 
     def close(self) -> None:
-        """Close the sync HTTP connection pool (async pools close with their event loop)."""
+        """Close the sync calls' HTTP connections (async ones close with their event loop)."""
         if self._http is not None:
             self._http.close()
 
@@ -206,7 +206,7 @@ class LLMClient:
         with self._per_loop_lock:
             state = self._per_loop.get(loop)
             if state is None:
-                aclient = self._http.async_client() if self._http is not None else None
+                aclient = self._http.connections() if self._http is not None else None
                 state = (asyncio.Semaphore(self.config.concurrency), aclient)
                 self._per_loop[loop] = state
         return state

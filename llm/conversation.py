@@ -36,8 +36,8 @@ class Usage:
     """Running totals for one client (one role).
 
     `missing_usage` counts calls whose response carried no token counts (counted as 0 tokens);
-    `retries` the HTTP requests sent again after a failed attempt (by the openai client's retry
-    machinery), failed calls included; `cleaned` the replies and messages whose lone surrogates
+    `retries` the HTTP requests sent again after a failed attempt (llm/http.py's retry
+    rules), failed calls included; `cleaned` the replies and messages whose lone surrogates
     were replaced; `truncated` the replies cut at `max_reply_chars`.
     """
 

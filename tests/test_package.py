@@ -20,6 +20,7 @@ HEAVY = (
     "sentence_transformers",
     "matplotlib",
     "openai",
+    "aiohttp",
     "trl",
     "transformers",
     "datasets",

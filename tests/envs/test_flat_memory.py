@@ -64,6 +64,8 @@ def test_a_run_with_output_holds_no_episode_and_reads_them_back_from_the_file(tm
 def test_a_run_without_output_keeps_its_episodes_in_memory():
     result = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0, 1], progress=False)
     assert isinstance(result.episodes, list) and [e.seed for e in result.episodes] == [0, 1]
+    # its repr counts them (asyncio.run formats it when the run ends; it must not walk every episode)
+    assert repr(result) == "RunResult(2 episodes, 0 failed, worker_deaths=0)"
 
 
 def test_resume_reads_seeds_and_status_without_building_an_episode(tmp_path, monkeypatch):

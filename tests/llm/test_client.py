@@ -116,7 +116,7 @@ def test_missing_usage_counts_the_call_and_zero_tokens():
     assert client.usage == Usage(calls=1, prompt_tokens=0, completion_tokens=0, missing_usage=1)
 
 
-# -- retries (done by the openai client) ---------------------------------------------------------
+# -- retries (llm/http.py: the openai client's rules) --------------------------------------------
 
 
 def test_429_with_retry_after_is_honoured_then_succeeds():
@@ -145,6 +145,55 @@ def test_5xx_beyond_max_retries_is_a_backend_error():
         with pytest.raises(BackendError, match=r"HTTP 500.*retried up to 1"):
             http_client(srv, max_retries=1).chat(HI)
     assert srv.statuses == [500, 500]
+
+
+@pytest.mark.parametrize(
+    "fault, statuses",
+    [
+        ((503, {"x-should-retry": "false"}), [503]),  # the server says no: a 5xx is not sent again
+        ((400, {"x-should-retry": "true", "retry-after-ms": "10"}), [400, 200]),  # the server says yes: a 400 is
+        ((409, {"retry-after-ms": "10"}), [409, 200]),
+        ((422, {}), [422]),  # a request the server cannot take is not sent again
+    ],
+)
+def test_which_statuses_are_sent_again(fault, statuses):
+    with CannedServer(faults=[fault]) as srv:
+        client = http_client(srv, max_retries=2)
+        try:
+            client.chat(HI)
+        except BackendError as exc:
+            assert f"HTTP {fault[0]}" in str(exc)
+    assert srv.statuses == statuses
+
+
+def test_retry_after_is_read_in_seconds_milliseconds_or_as_a_date():
+    from email.utils import formatdate
+
+    from ifgym.llm.http import retry_after
+
+    assert retry_after({"retry-after": "2.5"}) == 2.5
+    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25  # milliseconds win
+    in_ten = retry_after({"retry-after": formatdate(time.time() + 10, usegmt=True)})
+    assert 8 < in_ten <= 10
+    assert retry_after({"retry-after": "120"}) is None  # past 60 s: the client's own backoff instead
+    assert retry_after({"retry-after": "0"}) is None and retry_after({"retry-after": "soon"}) is None
+    assert retry_after({}) is None
+
+
+def test_sync_calls_count_in_the_callers_episode_and_survive_close():
+    from ifgym.llm import count_episode_usage
+
+    before = set(threading.enumerate())
+    with CannedServer(faults=[(500, {"retry-after-ms": "10"})], replies=["one", "two"]) as srv:
+        client = http_client(srv, max_retries=1)
+        with count_episode_usage() as episode:
+            assert client.chat(HI).text == "one"  # runs on the client's loop thread, counted here
+        client.close()
+        assert client.chat(HI).text == "two"  # a closed client opens its connections again
+        client.close()
+    assert (episode["policy"].calls, episode["policy"].retries) == (1, 1)
+    assert (client.usage.calls, client.usage.retries) == (2, 1)
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "ifgym-http"]  # close() stopped them
 
 
 # -- errors that name the fix --------------------------------------------------------------------
@@ -217,6 +266,16 @@ def test_unset_key_sends_a_placeholder(monkeypatch):
     with CannedServer() as srv:
         make_client({"base_url": srv.base_url, "model": srv.model, "api_key_env": "IFGYM_TEST_KEY"}).chat(HI)
     assert srv.headers[0]["authorization"].startswith("Bearer ") and len(srv.headers[0]["authorization"]) > 7
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
+    with CannedServer(faults=[(200, {}, "not json")]) as srv:
+        url = srv.base_url.replace("http://", "http://alice:s%40cret@")
+        client = make_client({"base_url": url, "model": srv.model, "api_key_env": None})
+        with pytest.raises(BackendError) as err:
+            client.chat(HI)
+    assert srv.headers[0]["authorization"] == "Basic YWxpY2U6c0BjcmV0"  # base64 of "alice:s@cret"
+    assert srv.base_url in str(err.value) and "alice" not in str(err.value) and "cret" not in str(err.value)
 
 
 # -- concurrency limit ---------------------------------------------------------------------------
@@ -340,7 +399,8 @@ def test_describe_lists_config_for_logging():
 
 
 def test_importing_llm_loads_no_heavy_backend():
-    code = "import sys, ifgym.llm; print(json.dumps(sorted(m for m in ('llama_cpp', 'openai') if m in sys.modules)))"
+    heavy = ("llama_cpp", "aiohttp", "tenacity", "openai")
+    code = f"import sys, ifgym.llm; print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True
     ).stdout
