@@ -1,6 +1,6 @@
 """The episode runner's throughput, CPU and memory, side by side in one run.
 
-    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only memory]
+    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only PART]
 
 Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
 ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
@@ -13,14 +13,20 @@ steady rate); the same episodes at concurrency 64 with an in-process CannedClien
 env and runner's own share of the driver's CPU); Ray with 1 and 2 workers of concurrency 8 each
 (ideal: workers x 8 / latency; start-up excluded).
 
+Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
+aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
+openai SDK over httpx2 that the client used before: what the client adds to its transport, and what the
+transport saved.
+
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
-bootstrap intervals, chart data), for each N in `--sizes`. `--only throughput` / `--only memory` runs one part.
+bootstrap intervals, chart data), for each N in `--sizes`. `--only throughput|transport|memory` runs one part.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -154,12 +160,83 @@ def main():
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
     parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--only", choices=("throughput", "memory"), help="run one part of the benchmark")
+    parser.add_argument("--only", choices=("throughput", "transport", "memory"), help="run one part of the benchmark")
     args = parser.parse_args()
-    if args.only != "memory":
+    if args.only in (None, "throughput"):
         print_throughput(args)
-    if args.only != "throughput":
+    if args.only in (None, "transport"):
+        print_transport(args.latency)
+    if args.only in (None, "memory"):
         print_memory(args.sizes)
+
+
+MESSAGES = [{"role": "user", "content": "Write two sentences about rivers. " * 8}]
+
+
+def transport_calls(base_url):
+    """{name: (async call, async close)}: one chat request each way, the same body."""
+    import aiohttp
+
+    calls = {}
+    client = make_client(LLMConfig(base_url=base_url, model="canned-model", concurrency=64, api_key_env=None))
+    calls["ifgym LLMClient.achat"] = (lambda: client.achat(MESSAGES), _nothing)
+    payload = {"model": "canned-model", "messages": MESSAGES, "temperature": 0.0, "max_tokens": 512}
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
+
+    async def bare():
+        body = json.dumps(payload).encode()
+        async with session.post(base_url + "/chat/completions", data=body, headers=HEADERS) as resp:
+            return json.loads(await resp.read())
+
+    calls["bare aiohttp post"] = (bare, session.close)
+    try:
+        import httpx2
+        import openai
+    except ImportError:
+        print("  (openai SDK over httpx2: not installed, `pip install openai httpx2` to compare)")
+        return calls
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="x", http_client=httpx2.AsyncClient(limits=limits))
+
+    async def through_sdk():
+        return json.loads((await sdk.post("/chat/completions", body=payload, cast_to=httpx2.Response)).content)
+
+    calls["openai SDK over httpx2"] = (through_sdk, sdk.close)
+    return calls
+
+
+HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer x"}
+
+
+async def _nothing():
+    return None
+
+
+def print_transport(latency, n=2048, concurrency=64):
+    print(f"\ntransport: {n} chat calls at concurrency {concurrency}, server latency {latency}s, no env")
+    with server_process(latency) as server:
+
+        async def measure():
+            rows = []
+            limit = asyncio.Semaphore(concurrency)
+
+            async def one(call):
+                async with limit:
+                    await call()
+
+            for name, (call, close) in transport_calls(server["base_url"]).items():
+                await asyncio.gather(*(one(call) for _ in range(concurrency)))  # warm-up: the connections
+                start, cpu = time.perf_counter(), time.process_time()
+                await asyncio.gather(*(one(call) for _ in range(n)))
+                wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+                rows.append((name, 1000 * cpu / n, n / wall / (concurrency / latency)))
+                await close()
+            return rows
+
+        rows = asyncio.run(measure())
+    print(f"  {'client':<24} {'CPU ms/call':>11} {'ratio to ideal':>15}")
+    for name, cpu, ratio in rows:
+        print(f"  {name:<24} {cpu:>11.2f} {ratio:>15.2f}")
 
 
 def print_throughput(args):
