@@ -29,6 +29,7 @@ import re
 import threading
 import time
 import urllib.parse
+import urllib.request
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -69,6 +70,14 @@ def split_credentials(url: str) -> tuple[str, str | None]:
     pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
     host = parts.netloc.rpartition("@")[2]
     return urllib.parse.urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode()
+
+
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTP_PROXY / HTTPS_PROXY, NO_PROXY honoured), as httpx reads it."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 class ServerReply(NamedTuple):
@@ -229,6 +238,7 @@ class HTTPBackend:
             connector=aiohttp.TCPConnector(limit=self.config.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.config.timeout),
             headers={"Authorization": auth, "Content-Type": "application/json"},
+            proxy=env_proxy(self._url),  # looked up once: aiohttp's trust_env would do it per request, in a thread
         )
 
     def _body(self, msgs: list[Message], params: Mapping[str, Any]) -> bytes:

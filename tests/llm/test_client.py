@@ -278,6 +278,21 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
     assert srv.base_url in str(err.value) and "alice" not in str(err.value) and "cret" not in str(err.value)
 
 
+def test_a_proxy_named_in_the_environment_is_used_unless_no_proxy_says_otherwise(monkeypatch):
+    from ifgym.llm.http import env_proxy
+
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with CannedServer(replies=["through the proxy"]) as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+        client = make_client({"base_url": "http://model.example.invalid/v1", "model": proxy.model, "api_key_env": None})
+        assert client.chat(HI).text == "through the proxy"
+    assert proxy.targets == ["http://model.example.invalid/v1/chat/completions"]  # the absolute form a proxy gets
+    monkeypatch.setenv("NO_PROXY", "model.example.invalid")
+    assert env_proxy("http://model.example.invalid/v1") is None
+    assert env_proxy("http://other.example.invalid/v1") == proxy.base_url.removesuffix("/v1")
+
+
 # -- concurrency limit ---------------------------------------------------------------------------
 
 

@@ -40,6 +40,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -73,6 +74,7 @@ class CannedServer:
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
         self.headers: list[dict[str, str]] = []
+        self.targets: list[str] = []  # each chat request's target as sent (absolute through a proxy)
         self.ports: list[int] = []
         self.max_in_flight = 0
         self._in_flight = 0
@@ -231,7 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - name fixed by http.server
         if not self.canned._count_request():
             return self._send(503, _error_body("server stopped (max_requests)", "server_error", None))
-        if self.path.rstrip("/") == "/v1/models":
+        if urllib.parse.urlsplit(self.path).path.rstrip("/") == "/v1/models":
             model = {"id": self.canned.model, "object": "model", "created": 0, "owned_by": "ifgym-tests"}
             return self._send(200, {"object": "list", "data": [model]})
         self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
@@ -241,7 +243,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length)
         if not self.canned._count_request():
             return self._send(503, _error_body("server stopped (max_requests)", "server_error", None))
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        self.canned.targets.append(self.path)
+        # a target in absolute form (a request through a proxy) is served too, as HTTP/1.1 servers must
+        if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
             return self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
         try:
             body = json.loads(raw)
