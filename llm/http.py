@@ -283,12 +283,12 @@ class HTTPBackend:
         except TimeoutError as exc:
             raise BackendError(
                 f"model server at {self._url} did not answer within {self.config.timeout}s "
-                f"(after {self.config.max_retries} retries); raise `timeout` or check the server load"
+                f"(after {attempts - 1} retries); raise `timeout` or check the server load"
             ) from exc
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise BackendError(
                 f"cannot reach the model server at {self._url}, or it dropped the connection "
-                f"({type(exc).__name__}: {exc}; after {self.config.max_retries} retries); is the server running? "
+                f"({type(exc).__name__}: {exc}; after {attempts - 1} retries); is the server running? "
                 "Check base_url (host, port, /v1 prefix)."
             ) from exc
         except aiohttp.ClientError as exc:

@@ -216,7 +216,7 @@ def test_unreachable_server_names_the_url():
 def test_timeout_is_a_backend_error_naming_the_setting():
     with CannedServer(delay=1.0) as srv:
         client = http_client(srv, timeout=0.2, max_retries=0)
-        with pytest.raises(BackendError, match=r"did not answer within 0.2s.*raise `timeout`"):
+        with pytest.raises(BackendError, match=r"did not answer within 0.2s \(after 0 retries\).*raise `timeout`"):
             client.chat(HI)
 
 
