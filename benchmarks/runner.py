@@ -171,6 +171,7 @@ def main():
 
 
 MESSAGES = [{"role": "user", "content": "Write two sentences about rivers. " * 8}]
+HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer x"}
 
 
 def transport_calls(base_url):
@@ -203,9 +204,6 @@ def transport_calls(base_url):
 
     calls["openai SDK over httpx2"] = (through_sdk, sdk.close)
     return calls
-
-
-HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer x"}
 
 
 async def _nothing():

@@ -179,6 +179,15 @@ def _stop_loop_thread(pid: int, loop: asyncio.AbstractEventLoop, thread: threadi
         loop.close()
 
 
+async def _request(session: Any, method: str, url: str, body: bytes | None = None) -> tuple[bytes, str]:
+    """One HTTP attempt: the body and content type of a 2xx answer; any other status raises StatusError."""
+    async with session.request(method, url, data=body) as resp:
+        content = await resp.read()
+        if resp.status >= 400:
+            raise StatusError(resp.status, resp.headers, content)
+        return content, resp.headers.get("content-type", "")
+
+
 async def _close_at_shutdown(session: Any) -> Any:
     try:
         yield
@@ -257,11 +266,7 @@ class HTTPBackend:
         async def attempt() -> tuple[bytes, str]:
             nonlocal attempts
             attempts += 1
-            async with session.post(self._url + CHAT_PATH, data=body) as resp:
-                content = await resp.read()
-                if resp.status >= 400:
-                    raise StatusError(resp.status, resp.headers, content)
-                return content, resp.headers.get("content-type", "")
+            return await _request(session, "POST", self._url + CHAT_PATH, body)
 
         try:
             try:  # most calls succeed at once: tenacity's bookkeeping (0.3 ms a call) starts at the first failure
@@ -360,10 +365,7 @@ class HTTPBackend:
         import aiohttp
 
         try:
-            async with session.get(self._url + MODELS_PATH) as resp:
-                content = await resp.read()
-                if resp.status >= 400:
-                    raise StatusError(resp.status, resp.headers, content)
+            content, _ = await _request(session, "GET", self._url + MODELS_PATH)
             return sorted(str(m["id"]) for m in json.loads(content)["data"])
         except (aiohttp.ClientError, TimeoutError, StatusError, ValueError, KeyError, TypeError) as exc:
             return f"could not list models ({type(exc).__name__}: {exc})"
