@@ -231,6 +231,16 @@ def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
     return clients[role]
 
 
+def use_cache(clients: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Give every client of the run the call cache `cache=DIR` names (one cache for every role); nothing when off."""
+    from ifgym.llm import CallCache
+
+    if resolved.get("cache"):
+        cache = CallCache(resolved["cache"], nondeterministic=bool(resolved.get("cache_nondeterministic")))
+        for client in clients.values():
+            client.cache = cache
+
+
 def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
     """Give every model setting without its own `concurrency` (policy.llm, judge.llm, env.*_llm …) the run's."""
     groups = [resolved["policy"], resolved["judge"], resolved["env"]]
@@ -533,6 +543,7 @@ def evaluate(
     clients: dict[str, Any] = {}
     make_policy = build_policy(resolved["policy"], clients)
     make_env = build_env(resolved["env"], resolved["judge"], clients)
+    use_cache(clients, resolved)
     first_env = make_env().unwrapped
     summarize = first_env.summarize
     judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])

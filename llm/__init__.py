@@ -7,6 +7,7 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
 - `conversation`: messages, `Usage` and `Completion`, `count_episode_usage`, the conversation
   drivers `converse`/`aconverse`, `ChatClient` (what every room needs from a client) and
   `CannedClient` (the test double);
+- `cache`: `CallCache`, model calls and their answers on disk (deterministic calls unless asked);
 - `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`, and
   `resolve_client` (a client as given, or one built from a config);
 - `http`: the OpenAI-compatible backend over aiohttp: requests, retries, errors that name the fix;
@@ -17,6 +18,7 @@ Heavy libraries load lazily: `import ifgym.llm` imports neither `aiohttp` nor `l
 first HTTP call imports `aiohttp`, the first embedded call imports `llama_cpp`.
 """
 
+from ifgym.llm.cache import CallCache
 from ifgym.llm.client import LLMClient, make_client, resolve_client
 from ifgym.llm.config import GEN_KEYS, LLM_CONFIG_FIELDS, PLACEHOLDER_API_KEY, LLMConfig, config_from_mapping
 from ifgym.llm.conversation import (
@@ -74,6 +76,7 @@ __all__ = [
     "SMOLLM_INSTALL",
     "SMOLLM_MODULE",
     "SMOLLM_NAME",
+    "CallCache",
     "CannedClient",
     "ChatClient",
     "Completion",
