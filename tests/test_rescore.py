@@ -143,13 +143,19 @@ def test_an_llm_judge_rescores_a_served_policy_run_without_calling_the_policy(tm
                 "judge=llm",
                 f"judge.llm.base_url={judge.base_url}",
                 "judge.llm.model=canned-model",
-                f"out={out}",
+                f"cache={tmp_path / 'calls'}",
                 "progress=false",
                 "plots=false",
             ]
-            assert main(rescore) == 0
+            assert main([*rescore, f"out={out}"]) == 0
             judged = len(judge.requests)
+            # the same rescoring again, into another folder: every judge call answered from the cache
+            assert main([*rescore, f"out={tmp_path / 'again'}"]) == 0
+            assert len(judge.requests) == judged
         assert len(policy.requests) == calls  # the policy server was never asked again
+    again = json.loads((tmp_path / "again" / "summary.json").read_text())["usage"]["judge"]
+    assert again["calls"] == 0 and again["cache_hits"] > 0
+    assert verdicts(tmp_path / "again") == verdicts(out)
     before, after = verdicts(played), verdicts(out)
     labels_before = {v["label"] for turns in before.values() for t in turns for v in t[0] if v["source"] != "rule"}
     labels_after = {v["label"] for turns in after.values() for t in turns for v in t[0] if v["source"] != "rule"}
