@@ -178,7 +178,7 @@ def test_an_unknown_option_is_named(scripted_run, capsys):
     assert "Did you mean 'checker_semantics'" in capsys.readouterr().err
 
 
-def test_a_second_identical_run_with_a_cache_makes_no_server_calls(tmp_path):
+def test_a_second_identical_run_with_a_cache_makes_no_server_calls(tmp_path, capsys):
     cache = tmp_path / "calls"
     with CannedServer(replies=["One answer.", "Another answer."]) as srv:
 
@@ -198,11 +198,13 @@ def test_a_second_identical_run_with_a_cache_makes_no_server_calls(tmp_path):
 
         first = run("first")
         calls = len(srv.requests)
+        capsys.readouterr()
         second = run("second")
         assert len(srv.requests) == calls  # every call answered from the cache
     one, two = (json.loads((f / "summary.json").read_text())["usage"]["policy"] for f in (first, second))
     assert one["calls"] == calls and "cache_hits" not in one
     assert two["calls"] == 0 and two["cache_hits"] == calls
+    assert f"usage[policy]: 0 calls, 0 prompt + 0 completion tokens ({calls} cache_hits)" in capsys.readouterr().out
     assert verdicts(first) == verdicts(second)
     key = {json.loads((f / "run.json").read_text())["run_key"] for f in (first, second)}
     assert len(key) == 1  # the cache does not change what the run is
