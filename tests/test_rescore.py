@@ -17,7 +17,9 @@ BASE = ["episodes=6", "env.max_turns=4", "+env.tracker.groups=[bullets]", "progr
 
 
 def lines(folder):
-    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+    """The folder's episode records by seed (episodes are written as they finish, in any order)."""
+    records = [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+    return sorted(records, key=lambda e: e["seed"])
 
 
 def verdicts(folder):
@@ -208,3 +210,32 @@ def test_a_second_identical_run_with_a_cache_makes_no_server_calls(tmp_path, cap
     assert verdicts(first) == verdicts(second)
     key = {json.loads((f / "run.json").read_text())["run_key"] for f in (first, second)}
     assert len(key) == 1  # the cache does not change what the run is
+
+
+def test_the_llm_user_goes_through_the_cache_its_sampled_calls_only_when_asked(tmp_path):
+    from support.canned_user import scripted_user_model, stating_draft
+
+    user_model = scripted_user_model(generate=stating_draft)
+    with CannedServer(replies=lambda body: user_model(body["messages"])) as srv:
+
+        def run(name, *extra):
+            folder = tmp_path / name
+            args = [
+                "eval",
+                "env=evolif_llm",
+                f"env.user_llm.base_url={srv.base_url}",
+                "env.user_llm.model=canned-model",
+            ]
+            args += ["policy=scripted", f"cache={tmp_path / 'calls'}", *extra, *BASE, f"hydra.run.dir={folder}"]
+            assert main(args) == 0
+            return len(srv.requests)
+
+        sampled = run("sampled")  # the user model samples (temperature 0.7): its calls are not kept
+        assert run("sampled-again") == 2 * sampled
+        kept = run("kept", "cache_nondeterministic=true")
+        assert run("kept-again", "cache_nondeterministic=true") == kept  # answered from the cache
+    usage = json.loads((tmp_path / "kept-again" / "summary.json").read_text())["usage"]["user"]
+    assert usage["calls"] == 0 and usage["cache_hits"] == kept - 2 * sampled
+    assert verdicts(tmp_path / "kept") == verdicts(tmp_path / "kept-again")
+    users = [{e["seed"]: [t["user"] for t in e["turns"]] for e in lines(tmp_path / n)} for n in ("kept", "kept-again")]
+    assert users[0] == users[1]
