@@ -151,8 +151,11 @@ class LLMClient:
         """The cache entry this call is stored under (None: not cached) and its stored answer, counted as a hit."""
         if self.cache is None:
             return None, None
-        where = urllib.parse.urlsplit(self.config.base_url) if self.config.base_url else None
-        host = f"{where.hostname}:{where.port}" if where else f"embedded:{self.config.embedded_model}"
+        if self.config.base_url:  # the endpoint's host and port, never its credentials
+            where = urllib.parse.urlsplit(self.config.base_url)
+            host = f"{where.hostname}" + (f":{where.port}" if where.port else "")
+        else:
+            host = f"embedded:{self.config.embedded_model}"
         key = self.cache.key(self.model, host, msgs, {**params, **self.config.extra})
         hit = self.cache.get(key) if key is not None else None
         if hit is not None:
