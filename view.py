@@ -171,7 +171,7 @@ def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
     return {
         "name": folder.name,
         "path": str(folder),
-        "title": run_title(summary),
+        "title": run_title(summary) if summary.get("run") else f"{summary.get('episodes', '?')} episodes",
         "level": level,
         "rows": summary_rows(summary),
         "table": results_table(summary) if "strict" in summary else "",

@@ -1,8 +1,9 @@
 """The viewer on a large run: `python benchmarks/view.py [--episodes 2000] [--repeat 3]`.
 
 Writes a made-up run of N episodes (tests/support/made_up_run.py: three envs, 1-4 turns each, judged
-and rule verdicts), times `ifgym view` writing report.html, then opens it in headless chromium
-(Debian's, over the DevTools protocol: tests/support/browser.py) and measures in the page, with
+and rule verdicts, replies padded to `--reply-chars`), times `ifgym view` writing report.html, then
+opens it in headless chromium (Debian's, over the DevTools protocol: tests/support/browser.py) and
+measures in the page, with
 `performance.now()`: the load until the viewer is ready (navigation start to `window.ifgymReady`), a
 filter over every episode (verdict = no), and opening one episode. Medians of `--repeat` loads.
 """
@@ -33,10 +34,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--reply-chars", type=int, default=1500, help="each reply padded to about this length")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "run"
-        write_made_up_run(folder, args.episodes)
+        write_made_up_run(folder, args.episodes, reply_chars=args.reply_chars)
         start = time.perf_counter()
         report = write_report([folder])
         write_seconds = time.perf_counter() - start
@@ -49,7 +51,10 @@ def main() -> None:
                 opens.append(browser.evaluate(OPEN))
             shown = browser.evaluate("document.getElementById('count').textContent")
         size = report.stat().st_size / 1e6
-    print(f"{args.episodes} episodes, report.html {size:.1f} MB, written in {write_seconds:.2f} s; {shown}")
+    print(
+        f"{args.episodes} episodes, replies of ~{args.reply_chars} characters, "
+        f"report.html {size:.1f} MB, written in {write_seconds:.2f} s; {shown}"
+    )
     print("| step (headless chromium) | median ms | all (ms) |")
     print("|---|---|---|")
     for name, values in (("load until ready", loads), ("filter verdict=no", filters), ("open an episode", opens)):

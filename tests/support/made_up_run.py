@@ -35,12 +35,18 @@ FLEXBENCH = (
 )
 
 
-def reply_text(env: str, seed: int, turn: int, tag: str = "") -> str:
-    """The made-up reply of a turn: says whose it is, so tests can find it."""
-    return f"{tag}reply of seed {seed} turn {turn} in {env}.\nA second line."
+FILLER = "Tea is brewed from the leaves of Camellia sinensis, steeped in water hot enough to draw out its flavour. "
 
 
-def made_up_episode(seed: int, rng: np.random.Generator, *, tag: str = "", reply: str | None = None) -> Episode:
+def reply_text(env: str, seed: int, turn: int, tag: str = "", chars: int = 0) -> str:
+    """The made-up reply of a turn: says whose it is, so tests can find it; `chars` pads it to about that length."""
+    text = f"{tag}reply of seed {seed} turn {turn} in {env}.\nA second line."
+    return text + ("\n\n" + FILLER * (chars // len(FILLER)) if chars > len(text) else "")
+
+
+def made_up_episode(
+    seed: int, rng: np.random.Generator, *, tag: str = "", reply: str | None = None, chars: int = 0
+) -> Episode:
     """One episode of env ENVS[seed % 3]: 1-4 turns, verdicts drawn from `rng`."""
     env = ENVS[seed % 3]
     turns = []
@@ -62,7 +68,7 @@ def made_up_episode(seed: int, rng: np.random.Generator, *, tag: str = "", reply
                 index=k + 1,
                 user=f"user of seed {seed} turn {k + 1}: please answer",
                 spec=spec,
-                reply=reply if reply is not None and k == 0 else reply_text(env, seed, k + 1, tag),
+                reply=reply if reply is not None and k == 0 else reply_text(env, seed, k + 1, tag, chars),
                 verdicts=verdicts,
                 loose_verdicts=loose,
                 reward=float(np.mean([v.label == "yes" for v in verdicts])),
@@ -93,12 +99,23 @@ SUMMARY: dict[str, Any] = {
 
 
 def write_made_up_run(
-    folder: Path, episodes: int = 30, *, tag: str = "", reply: str | None = None, failed_seed: int | None = None
+    folder: Path,
+    episodes: int = 30,
+    *,
+    tag: str = "",
+    reply: str | None = None,
+    failed_seed: int | None = None,
+    reply_chars: int = 0,
 ) -> dict[str, Any]:
-    """A run folder of `episodes` made-up episodes (seeds 0..n-1) and a failed one (`failed_seed`); its summary."""
+    """A run folder of `episodes` made-up episodes (seeds 0..n-1) and a failed one (`failed_seed`); its summary.
+
+    `reply` is seed 0's first reply; `reply_chars` pads every other reply to about that many characters.
+    """
     folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(7)
-    made = [made_up_episode(s, rng, tag=tag, reply=reply if s == 0 else None) for s in range(episodes)]
+    made = [
+        made_up_episode(s, rng, tag=tag, reply=reply if s == 0 else None, chars=reply_chars) for s in range(episodes)
+    ]
     lines = [e.to_jsonl() for e in made]
     if failed_seed is not None:
         failed = FailedEpisode(
