@@ -38,7 +38,8 @@ REPORT_FILE = "report.html"
 IDLE_SECONDS = 1800.0  # a served report stops after half an hour without a request
 MAX_POST_BYTES = 65536
 
-# What each metric measures, in one line (the names the envs' `summarize` use; `pass_rate/<group>` by prefix).
+# What each metric measures, in one line, for a summary that does not carry the env's own definitions
+# (`summary["definitions"]`, which win): the names the envs' `summarize` use; `pass_rate/<group>` by prefix.
 METRIC_DEFINITIONS = {
     "CSR": "constraint success rate: share of all constraint checks, over all turns, that the replies met",
     "ISR": "instruction success rate: share of turns whose reply met every constraint of the turn",
@@ -78,6 +79,7 @@ def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
     """The results table's rows: metric, strict and loose values with their intervals, and the definition."""
     ci = summary.get("ci") or {}
     strict, loose = summary.get("strict") or {}, summary.get("loose") or {}
+    own = summary.get("definitions") or {}  # the env's one-line definitions, when the summary has them
     return [
         {
             "metric": name,
@@ -85,7 +87,7 @@ def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
             "strict_ci": _ci(ci.get("strict", {}).get(name)),
             "loose": _fmt(loose[name]) if name in loose else "",
             "loose_ci": _ci(ci.get("loose", {}).get(name)),
-            "definition": metric_definition(name),
+            "definition": own.get(name) or metric_definition(name),
         }
         for name in strict
     ]

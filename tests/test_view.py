@@ -55,6 +55,7 @@ def test_view_prints_the_report_path_and_the_page_has_the_summary_numbers(run, b
         assert row[2] == (f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
         assert row[3] == f"{summary['loose'][metric]:.3f}"
     assert "constraint success rate" in shown["CSR"][5]  # the metric's definition
+    assert shown["ISR"][5] == "the env's own words for ISR"  # the summary's own definition wins
     # the plots the run wrote, embedded: decoded by the browser
     sizes = browser.evaluate("[...document.querySelectorAll('#plots img')].map(i => i.naturalWidth)")
     assert len(sizes) == 2 and all(w > 100 for w in sizes)
@@ -225,6 +226,13 @@ def test_labels_are_saved_and_read_back_after_a_reload(tmp_path, browser):
     browser.open(url(folder / "report.html"))
     assert "needs the report served" in browser.evaluate("document.getElementById('label-static').textContent")
     assert browser.evaluate("document.querySelectorAll('table.labelled tr[data-key]').length") == 2
+    # ifgym agreement's result shows in the Judge tab
+    assert main(["agreement", str(folder), "resamples=20"]) == 0
+    write_report([folder])
+    browser.open(url(folder / "report.html"))
+    rows = browser.evaluate("[...document.querySelectorAll('table.agreement tr')].map(r => r.cells[0].textContent)")
+    assert rows[:2] == ["group", "all"]
+    assert browser.evaluate("document.querySelector('table.agreement tr:nth-child(2)').cells[1].textContent") == "2"
 
 
 def test_the_server_refuses_a_bad_label(tmp_path):

@@ -88,6 +88,7 @@ SUMMARY: dict[str, Any] = {
     },
     "ci_settings": {"method": "percentile bootstrap over dialogues", "resamples": 1000, "level": 0.95, "seed": 0},
     "headline": ["CSR", "ISR"],
+    "definitions": {"ISR": "the env's own words for ISR"},  # CSR's comes from the viewer's list
     "judge": {
         "kind": "llm",
         "model": "canned-judge",
