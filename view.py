@@ -255,6 +255,16 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/labels":
             self._json(404, {"error": f"no such endpoint: {self.path}"})
             return
+        # only the page itself posts: JSON (a cross-site form or no-cors request cannot send that type) from
+        # this server's own origin
+        origin = self.headers.get("Origin")
+        own = f"http://127.0.0.1:{self.server.server_address[1]}"
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip() != "application/json" or origin not in (
+            None,
+            own,
+        ):
+            self._json(403, {"error": f"labels are posted as application/json by the page served at {own}/"})
+            return
         size = int(self.headers.get("Content-Length") or 0)
         if not 0 < size <= MAX_POST_BYTES:
             self._json(400, {"error": f"a label is a JSON object of at most {MAX_POST_BYTES} bytes"})
@@ -305,7 +315,7 @@ def serve(
             if seconds is not None and now - start >= seconds:
                 break
             if now - server.last_request >= idle_seconds:
-                print(f"no request for {idle_seconds:.0f} s: stopped serving", flush=True)
+                print(f"no request for {idle_seconds:g} s: stopped serving", flush=True)
                 break
     except KeyboardInterrupt:
         pass

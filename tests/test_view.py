@@ -244,14 +244,33 @@ def test_the_server_refuses_a_bad_label(tmp_path):
     process, address = served(folder)
     try:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        request = urllib.request.Request(address + "labels", data=b'{"key": "ep-0/0/1", "human": "maybe"}')
-        with pytest.raises(urllib.error.HTTPError) as error:
-            opener.open(request, timeout=30)
-        assert error.value.code == 400 and "human" in json.loads(error.value.read())["error"]
+
+        def post(body, **headers):
+            request = urllib.request.Request(address + "labels", data=body, headers=headers)
+            with pytest.raises(urllib.error.HTTPError) as error:
+                opener.open(request, timeout=30)
+            return error.value.code, json.loads(error.value.read())["error"]
+
+        json_type = {"Content-Type": "application/json"}
+        code, message = post(b'{"key": "ep-0/0/1", "human": "maybe"}', **json_type)
+        assert code == 400 and "human" in message
+        good = b'{"key": "ep-0/0/1", "human": "yes"}'
+        assert post(b"{not json", **json_type)[0] == 400
+        assert post(good, **{"Content-Type": "text/plain"})[0] == 403  # what a cross-site form could send
+        assert post(good, **json_type, Origin="http://evil.example")[0] == 403
         assert not (folder / LABELS_FILE).exists()
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+def test_serving_stops_after_the_idle_time(tmp_path, capsys):
+    from ifgym.view import serve
+
+    write_made_up_run(tmp_path, 2)
+    write_report([tmp_path])
+    serve(tmp_path, idle_seconds=0.5)  # nobody asks: it returns on its own
+    assert "no request for 0.5 s: stopped serving" in capsys.readouterr().out
 
 
 def test_view_of_a_scripted_eval_run(tmp_path, browser):
