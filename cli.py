@@ -52,6 +52,12 @@ commands:
                              prompts (GRPO/PPO rows for ifgym.rewards.trl.TurnReward), sft (passing turns;
                              min_reward=1.0), preferences (DPO pairs of replies to the same prompt; margin=0.1
                              pairs=all|best_worst), turns (one row per turn with verdicts); JSON Lines
+  view RUN [RUN_B] [--serve]  write report.html into RUN's folder (one run, or two side by side by seed): results
+                             with intervals, plots, judge audit, transcripts; --serve serves it on 127.0.0.1 to label
+                             a sample of the judge's verdicts into labels.jsonl (--port N --idle-seconds S --sample N)
+  agreement RUN [resamples= level= seed=]  the judge against the human labels of RUN (labels.jsonl): kappa,
+                             accuracy and yes-rate on the human's negatives per group with bootstrap intervals,
+                             written to summary.json and to the run's W&B run when it has one
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
 
@@ -64,7 +70,7 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 GROUPS = ("env", "policy", "judge", "logger")
 TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
-COMMANDS = ("eval", "train", "judge-audit", "compare", "merge", "export", "flexbench-dimensions")
+COMMANDS = ("eval", "train", "judge-audit", "compare", "merge", "export", "flexbench-dimensions", "view", "agreement")
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -1302,6 +1308,14 @@ def main(argv: list[str] | None = None) -> int:
             return compare_runs(rest)
         if command == "merge":
             return merge_runs(rest)
+        if command == "view":
+            from ifgym.view import view_command
+
+            return view_command(rest)
+        if command == "agreement":
+            from ifgym.view import agreement_command
+
+            return agreement_command(rest)
         from ifgym.errors import did_you_mean
 
         print(

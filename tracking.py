@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import netrc
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -142,7 +143,62 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in (judge.get("audit") or {}).items():
         if value is None or isinstance(value, bool | int | float | str):
             out[f"judge/audit/{key}"] = value
+    out.update(agreement_summary(summary.get("agreement") or {}))  # the judge against this run's human labels
     return out
+
+
+def agreement_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """`ifgym agreement`'s result as W&B summary keys: `agreement/<group>/<figure>`, its `…/ci_low` and `…/ci_high`."""
+    out: dict[str, Any] = {}
+    for group, row in result.get("groups", {}).items():
+        for figure, value in row.items():
+            if figure != "ci" and value is not None:
+                out[f"agreement/{group}/{figure}"] = value
+        for figure, bounds in row.get("ci", {}).items():
+            if bounds:
+                out[f"agreement/{group}/{figure}/ci_low"], out[f"agreement/{group}/{figure}/ci_high"] = bounds
+    return out
+
+
+def wandb_run_id(folder: Path) -> str | None:
+    """The id of the W&B run `ifgym eval logger=wandb` wrote into a run folder (its latest), or None."""
+    runs = sorted(p.name for p in (folder / "wandb").glob("*run-*") if p.is_dir())
+    ids = [m.group(1) for m in (re.fullmatch(r"(?:offline-)?run-\d{8}_\d{6}-(\w+)", name) for name in runs) if m]
+    return ids[-1] if ids else None
+
+
+def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
+    """Add `ifgym agreement`'s result to the summary of the run's W&B run (resumed by id); the W&B mode used.
+
+    None when the folder holds no W&B run, or W&B is disabled (WANDB_MODE, or the run's logger.mode).
+    The settings are the run's (its `run.json` config's logger) as `resolve_settings` reads them.
+    """
+    import json
+
+    from ifgym.records import RECORD_FILE
+
+    run_id = wandb_run_id(folder)
+    if run_id is None:
+        return None
+    record = folder / RECORD_FILE
+    config = json.loads(record.read_text(encoding="utf-8")).get("config", {}) if record.exists() else {}
+    settings = resolve_settings(config.get("logger") or {}, run_dir=folder, name=folder.name)
+    if settings["mode"] == "disabled":
+        return None
+    import wandb
+
+    run = wandb.init(
+        id=run_id,
+        resume="allow",
+        project=settings["project"],
+        entity=settings["entity"],
+        mode=settings["mode"],
+        dir=settings["dir"],
+        reinit="finish_previous",
+    )
+    run.summary.update(agreement_summary(result))
+    run.finish()
+    return settings["mode"]
 
 
 class WandbLogger:
