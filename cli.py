@@ -6,6 +6,9 @@ folder; `SweepSummary` writes a table across jobs at the end), `--cfg`, `--info`
 `--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job runs the episodes
 (resuming into its folder), prints the results table, writes the run record, summary and plots,
 and logs to W&B when `logger=wandb`. Mistakes in the config end in one `ifgym: error:` line.
+Exit status (`EXIT_*`): 0 finished, 1 finished with failed episodes (or failed sweep jobs), 2 usage
+or configuration error, 3 stopped early, 130 Ctrl-C, 143 SIGTERM; every ending but 2 writes the
+run's summary.json and run.json status first.
 """
 
 from __future__ import annotations
@@ -581,7 +584,7 @@ def _play_and_report(
     shard: Any,
     job: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """Play the run's seeds and write its summary and record, however the run ends (see README "Endings").
+    """Play the run's seeds and write its summary and record, however the run ends (README: "Every ending").
 
     Finished, or finished with failed episodes: returns the summary. Stopped early (RunStoppedError)
     or interrupted (Ctrl-C, SIGTERM: RunInterrupted): the summary of what the episodes file holds is

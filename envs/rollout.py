@@ -353,7 +353,7 @@ def claim_output(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = _lock(path)
+    handle = _flock(path)  # never lent: a second claim, even in this process, is refused
     key = path.resolve()
     _claims[key] = _Claim(handle)
     try:
@@ -370,11 +370,16 @@ def _lock(path: Path) -> Any:
 
     A path this process claimed (`claim_output`) is lent from the claim, to one user at a time.
     """
-    import fcntl
-
     claim = _claims.get(Path(path).resolve())
     if claim is not None and not claim.in_use:
         return _Lent(claim)
+    return _flock(path)
+
+
+def _flock(path: Path) -> Any:
+    """The lock file's handle, flock-ed for this writer alone; ConfigError naming the holder when it is taken."""
+    import fcntl
+
     lock_path = path.with_name(f".{path.name}.lock")
     handle = lock_path.open("a+", encoding="utf-8")
     try:
