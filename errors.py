@@ -100,7 +100,7 @@ class EpisodeTimeoutError(IfgymError, TimeoutError):
 
 
 class RunStoppedError(IfgymError, RuntimeError):
-    """Too many episodes failed (over `max_failure_rate`): the run stopped; the message names the commonest error."""
+    """Too many of the episodes a run attempted failed (`max_failure_rate`): it stopped; names the commonest error."""
 
 
 class RunInterrupted(KeyboardInterrupt):
