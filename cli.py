@@ -6,6 +6,9 @@ folder; `SweepSummary` writes a table across jobs at the end), `--cfg`, `--info`
 `--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job runs the episodes
 (resuming into its folder), prints the results table, writes the run record, summary and plots,
 and logs to W&B when `logger=wandb`. Mistakes in the config end in one `ifgym: error:` line.
+Exit status (`EXIT_*`): 0 finished, 1 finished with failed episodes (or failed sweep jobs), 2 usage
+or configuration error, 3 stopped early, 130 Ctrl-C, 143 SIGTERM; every ending but 2 writes the
+run's summary.json and run.json status first.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -485,14 +489,14 @@ def evaluate(
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import run
+    from ifgym.envs.rollout import claim_output
     from ifgym.envs.shards import Shard, combine, finished_seeds, shard_files
-    from ifgym.errors import ConfigError, RunStoppedError
+    from ifgym.errors import ConfigError
     from ifgym.records import RECORD_FILE, RunRecord, default_run_dir
 
     check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    ci_settings = _ci_settings(resolved)  # a bad interval setting fails now, not after the episodes
+    _ci_settings(resolved)  # a bad interval setting fails now, not after the episodes
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
@@ -521,93 +525,220 @@ def evaluate(
                 f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {len(seeds)} shards; use "
                 "fewer shards or more episodes"
             )
-        # seeds another shard (or the run itself) finished are done: no replays to merge later
-        elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
-        done = elsewhere - finished_seeds([out], key)
-        seeds = [s for s in shard.seeds(seeds) if s not in done]
-        if not seeds:
-            print(f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play")
-            return {"output": str(out), "episodes": 0}
-    elif shard_files(out):
-        combined = combine(out, [p for _, p in shard_files(out)], key)
-        print(
-            f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
-            f"episodes ({combined.added} lines from the shards); their seeds are not played again",
-            file=sys.stderr,
-        )
-    fill_request_limits(resolved, resolved["concurrency"])
-    clients: dict[str, Any] = {}
-    make_policy = build_policy(resolved["policy"], clients)
-    make_env = build_env(resolved["env"], resolved["judge"], clients)
-    first_env = make_env().unwrapped
-    summarize = first_env.summarize
-    judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
-
-    record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
-    record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name)
-    record.start(clients)
-    if resolved["progress"] or clients:
-        limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
-        print(
-            f"concurrency: {resolved['concurrency']} episodes at once"
-            + (f"; requests in flight at most: {limits}" if limits else ""),
-            file=sys.stderr,
-        )
-    logger = None
-    try:
-        if resolved["logger"]["kind"] == "wandb":
-            logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=_has_loose(first_env))
-        executor = resolved["executor"]
-        if executor["kind"] not in ("local", "ray"):
-            raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
-        if executor["kind"] == "ray":  # Ray is imported only when chosen
-            from functools import partial
-
-            from ifgym.envs.ray_executor import run_ray
-
-            runner: Callable[..., Any] = partial(
-                run_ray, num_workers=executor["num_workers"], address=executor["address"]
+    # the episodes file's writer lock before anything is written: a second writer refused here (ConfigError
+    # naming the first) leaves the first run's run.json, summary.json and episodes untouched
+    with claim_output(out):
+        if shard is not None:
+            # seeds another shard (or the run itself) finished are done: no replays to merge later
+            elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
+            done = elsewhere - finished_seeds([out], key)
+            seeds = [s for s in shard.seeds(seeds) if s not in done]
+            if not seeds:
+                print(
+                    f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play"
+                )
+                return {"output": str(out), "episodes": 0}
+        elif shard_files(out):
+            combined = combine(out, [p for _, p in shard_files(out)], key)
+            print(
+                f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
+                f"episodes ({combined.added} lines from the shards); their seeds are not played again",
+                file=sys.stderr,
             )
-        else:
-            runner = run
-        result = runner(
-            make_env,
-            make_policy,
-            seeds,
-            output=out,
-            run_key=key,
-            concurrency=resolved["concurrency"],
-            progress=resolved["progress"],
-            on_episode=logger.log_episode if logger else None,
-            retry_failed=resolved["retry_failed"],
-            max_failure_rate=resolved["max_failure_rate"],
-            episode_timeout=resolved["episode_timeout"],
+        fill_request_limits(resolved, resolved["concurrency"])
+        clients: dict[str, Any] = {}
+        make_policy = build_policy(resolved["policy"], clients)
+        make_env = build_env(resolved["env"], resolved["judge"], clients)
+        first_env = make_env().unwrapped
+        judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
+
+        record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
+        record = RunRecord(
+            out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name
         )
-        episodes = result.episodes
-        if not episodes:  # possible only with max_failure_rate=1
-            kind, message = next(iter(result.failures["examples"].items()))
-            raise RunStoppedError(f"every episode failed; commonest error: {kind}: {message}")
+        stale = record.stale_run()
+        if stale is not None:  # we hold the lock, so the process that wrote "running" is gone
+            print(
+                f"ifgym: {record.path} says a run (pid {stale['pid']}, started {stale['started']}) is still running, "
+                f"but nothing holds {out.name}: that process is gone (killed?); this run takes over and resumes it",
+                file=sys.stderr,
+            )
+            record.data["took_over"] = stale
+        record.start(clients)
+        if resolved["progress"] or clients:
+            limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
+            print(
+                f"concurrency: {resolved['concurrency']} episodes at once"
+                + (f"; requests in flight at most: {limits}" if limits else ""),
+                file=sys.stderr,
+            )
+        return _play_and_report(
+            resolved, make_env, make_policy, seeds, out, record, first_env, judge_record, clients, shard, job
+        )
+
+
+def _play_and_report(
+    resolved: dict[str, Any],
+    make_env: Callable[[], Any],
+    make_policy: Callable[[], Any],
+    seeds: list[int],
+    out: Path,
+    record: Any,
+    first_env: Any,
+    judge_record: dict[str, Any],
+    clients: dict[str, Any],
+    shard: Any,
+    job: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Play the run's seeds and write its summary and record, however the run ends (README: "Every ending").
+
+    Finished, or finished with failed episodes: returns the summary. Stopped early (RunStoppedError)
+    or interrupted (Ctrl-C, SIGTERM: RunInterrupted): the summary of what the episodes file holds is
+    written first, then the error is raised, naming the seeds never played and the command to resume.
+    """
+    from ifgym.envs.rollout import file_result, run
+    from ifgym.errors import ConfigError, RunInterrupted, RunStoppedError
+
+    ci_settings = _ci_settings(resolved)
+    logger = None
+    signals: list[str] = []
+    stopped: RunStoppedError | None = None
+    interrupted = False
+    try:
+        with _sigterm_interrupts(signals):
+            try:
+                if resolved["logger"]["kind"] == "wandb":
+                    logger = _wandb_logger(
+                        resolved,
+                        record.data["run_key"],
+                        first_env.summarize,
+                        out.parent,
+                        job,
+                        loose=_has_loose(first_env),
+                    )
+                executor = resolved["executor"]
+                if executor["kind"] not in ("local", "ray"):
+                    raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
+                if executor["kind"] == "ray":  # Ray is imported only when chosen
+                    from functools import partial
+
+                    from ifgym.envs.ray_executor import run_ray
+
+                    runner: Callable[..., Any] = partial(
+                        run_ray, num_workers=executor["num_workers"], address=executor["address"]
+                    )
+                else:
+                    runner = run
+                result = runner(
+                    make_env,
+                    make_policy,
+                    seeds,
+                    output=out,
+                    run_key=record.data["run_key"],
+                    concurrency=resolved["concurrency"],
+                    progress=resolved["progress"],
+                    on_episode=logger.log_episode if logger else None,
+                    retry_failed=resolved["retry_failed"],
+                    max_failure_rate=resolved["max_failure_rate"],
+                    episode_timeout=resolved["episode_timeout"],
+                )
+                unplayed: list[int] = []
+            except RunStoppedError as exc:  # what the file holds is summarized: the stop names what ended it
+                stopped = exc
+                result, unplayed = file_result(out, seeds)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the episodes in flight were cancelled
+                interrupted = True
+                result, unplayed = file_result(out, seeds)
+            ending = _ending(result, unplayed, stopped, signals if interrupted else None, record.data["command"])
+            summary, plots, charts = report_run(
+                first_env,
+                resolved,
+                out,
+                result.episodes,
+                result.failures,
+                worker_deaths=result.worker_deaths,
+                judge_record=judge_record,
+                record=record,
+                roles=clients,
+                ci_settings=ci_settings,
+                shard=shard,
+                ending=ending,
+            )
+    except KeyboardInterrupt:  # interrupted again while the summary was being written: the record says so
+        record.finish("interrupted", summary=None)
+        signal_name = "SIGTERM" if signals else "SIGINT"
+        raise RunInterrupted(
+            f"interrupted ({signal_name}) while the summary was written: {record.path} says so; the episodes are in "
+            f"{out}; resume with: {record.data['command']}",
+            signal_name,
+        ) from None
     except BaseException as exc:
         record.fail(exc)
         raise
-    summary, plots, charts = report_run(
-        first_env,
-        resolved,
-        out,
-        episodes,
-        result.failures,
-        worker_deaths=result.worker_deaths,
-        judge_record=judge_record,
-        record=record,
-        roles=clients,
-        ci_settings=ci_settings,
-        shard=shard,
-    )
-    if logger:
-        logger.finish(episodes, summary, plots, charts=charts)
+    if logger and not interrupted:
+        logger.finish(result.episodes, summary, plots, charts=charts)
         if logger.settings["mode"] == "offline":
             print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
+    written = (
+        f"wrote {out.parent / record.data['summary']} and {record.path.name} ({len(result.episodes)} finished, "
+        f"{len(result.failed)} failed, {len(unplayed)} never played); resume with: {ending['resume']}"
+    )
+    if stopped is not None:
+        raise RunStoppedError(f"{stopped}. {written}")
+    if interrupted:
+        signal_name = ending["signal"]
+        raise RunInterrupted(f"interrupted ({signal_name}): {written}", signal_name)
     return summary
+
+
+def _ending(
+    result: Any, unplayed: list[int], stopped: BaseException | None, signals: list[str] | None, command: str
+) -> dict[str, Any]:
+    """How a run ended, as summary.json's `ending` and run.json say it: status, why, seeds never played, resume."""
+    if signals is not None:
+        signal_name = "SIGTERM" if signals else "SIGINT"
+        status, reason = "interrupted", f"{signal_name} ({'Ctrl-C' if signal_name == 'SIGINT' else 'terminated'})"
+    elif stopped is not None:
+        status, reason = "stopped_early", str(stopped)
+    elif result.failed:
+        status, reason = (
+            "finished_with_failures",
+            f"{len(result.failed)} of {len(result.failed) + len(result.episodes)} episodes failed",
+        )
+        if not result.episodes:
+            kind, message = next(iter(result.failures["examples"].items()))
+            reason = f"every episode failed; commonest error: {kind}: {message}"
+    else:
+        status, reason = "finished", None
+    ending: dict[str, Any] = {"status": status, "reason": reason, "unplayed_seeds": unplayed}
+    ending["resume"] = command if status != "finished" else None
+    if signals is not None:
+        ending["signal"] = signal_name
+    return ending
+
+
+@contextmanager
+def _sigterm_interrupts(signals: list[str]) -> Iterator[None]:
+    """A block in which SIGTERM ends the run as Ctrl-C does (noted in `signals`); in the main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        signals.append("SIGTERM")
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if not callable(on_sigint):
+            raise KeyboardInterrupt
+        on_sigint(signal.SIGINT, frame)  # asyncio.run's cancels the run's task, then raises KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ci_settings(resolved: dict[str, Any]) -> Any:
@@ -637,13 +768,16 @@ def report_run(
     roles: Iterable[str],
     ci_settings: Any,
     shard: Any = None,
+    ending: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path], dict[str, Any]]:
     """Summarize a run's episodes, write its summary, plots and report, finish its record, print its table.
 
     Shared by `ifgym eval` and `ifgym merge`. `roles` are the run's model roles (each gets a usage
     row, zeros when it made no call; usage is summed from the records in `out`). A shard (`shard`)
-    writes `summary.shard-I-of-N.json` and no plots (the merged run draws them). Returns the
-    summary, the plots written and the chart data.
+    writes `summary.shard-I-of-N.json` and no plots (the merged run draws them). `ending` says how
+    the run ended (`status`, `reason`, `unplayed_seeds`, `resume`; by default finished, with or
+    without failed episodes): it goes into the summary and the record; an interrupted run writes
+    no plots and prints nothing. Returns the summary, the plots written and the chart data.
     """
     from ifgym.envs.rollout import usage_totals
     from ifgym.llm import Usage
@@ -652,8 +786,10 @@ def report_run(
     semantics = getattr(env, "checker_semantics", "ifgym")
     # one pass over the episodes file: each episode is read, reduced to rows and counts, and dropped
     tally = RunTally.of(episodes, env, loose=_has_loose(env))
-    loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) else {}
-    summary = {"protocol": env.protocol(), "strict": env.summarize_rows(tally.strict), "loose": loose}
+    finished = len(episodes) > 0  # none when every episode failed, or none finished before a stop: no metrics
+    loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) and finished else {}
+    strict = env.summarize_rows(tally.strict) if finished else {}
+    summary = {"protocol": env.protocol(), "strict": strict, "loose": loose}
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)
@@ -666,6 +802,11 @@ def report_run(
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
     summary["failures"] = failures
+    if ending is None:
+        status = "finished_with_failures" if failures.get("episodes") else "finished"
+        ending = {"status": status, "reason": None, "unplayed_seeds": [], "resume": None}
+    summary["ending"] = ending
+    quiet = ending["status"] == "interrupted"  # Ctrl-C: the summary and record, then one line
     summary["executor"] = dict(resolved["executor"]) | {"worker_deaths": worker_deaths}
     summary["output"] = str(out)
     if shard is not None:
@@ -678,16 +819,19 @@ def report_run(
         "judge": resolved["judge"]["kind"],
         "models": record.data["models"],
     }
-    if ci_settings is not None:
+    if ci_settings is not None and finished:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)
-    files = shard is None and resolved["plots"]
+    files = shard is None and resolved["plots"] and not quiet and finished
     plots = write_plots(tally, summary, out.parent) if files else {}
-    if hasattr(env, "write_report") and shard is None:  # env-specific files (FlexBench: dimension table, heatmap)
+    if hasattr(env, "write_report") and shard is None and not quiet and finished:  # FlexBench: dimension table
         plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
     summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")
     write_summary(summary, summary_path)
-    record.finish(episodes=len(episodes), summary=summary_path.name)
+    facts = {k: v for k, v in ending.items() if k != "status"}
+    record.finish(ending["status"], episodes=len(episodes), summary=summary_path.name, ending=facts)
+    if quiet:
+        return summary, plots, charts
     print(results_table(summary))
     for line in audit_lines(judge_record):
         print(line)
@@ -1200,7 +1344,8 @@ def run_eval(args: Sequence[str]) -> int:
 
     Hydra's errors are raised (not printed and exited) so that they become one ConfigError naming
     the override at fault; in a sweep a failing job is reported and the others still run. Returns
-    the exit status: 0, or 1 when sweep jobs or episodes failed.
+    the exit status: 0, or 1 when sweep jobs or episodes failed; a single run stopped early or
+    interrupted raises (RunStoppedError, RunInterrupted) for `main` to give 3, 130 or 143.
     """
     return _hydra_app("eval", "config", _job, args)
 
@@ -1248,15 +1393,15 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         raise failures[0]
     if failures:
         print(f"ifgym: error: {len(failures)} sweep job(s) failed: {'; '.join(failures)}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED_EPISODES
     if failed_episodes:
         print(
             f"ifgym: error: episodes failed ({'; '.join(failed_episodes)}); their errors are in the episodes file "
             "and summary.json; rerun the same command to retry them",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return EXIT_FAILED_EPISODES
+    return EXIT_FINISHED
 
 
 def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -1278,9 +1423,18 @@ def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict
         return JobFailed(str(exc))
 
 
+# exit statuses of the ifgym command (README "Run folders": endings)
+EXIT_FINISHED = 0  # every episode finished
+EXIT_FAILED_EPISODES = 1  # finished with failed episodes, or sweep jobs that failed
+EXIT_USAGE = 2  # a usage or configuration error: nothing ran
+EXIT_STOPPED = 3  # stopped early (max_failure_rate): summary.json says which seeds were never played
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report 128 + 2
+EXIT_TERMINATED = 143  # SIGTERM, as shells report 128 + 15
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point."""
-    from ifgym.errors import IfgymError
+    """Console entry point; returns the exit status (`EXIT_*`)."""
+    from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -1323,10 +1477,19 @@ def main(argv: list[str] | None = None) -> int:
             f"Commands: {', '.join(COMMANDS)} (see ifgym --help)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
+    except RunStoppedError as exc:  # its summary and record are written; the message says how to resume
+        print(f"ifgym: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     except IfgymError as exc:
         print(f"ifgym: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # one line, no traceback
+        if isinstance(exc, RunInterrupted):
+            print(f"ifgym: {exc}", file=sys.stderr)
+            return EXIT_TERMINATED if exc.signal_name == "SIGTERM" else EXIT_INTERRUPTED
+        print("ifgym: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SystemExit as exc:  # Hydra's --hydra-help and friends exit; a console entry point returns
         return exc.code if isinstance(exc.code, int) else 0
 

@@ -100,4 +100,15 @@ class EpisodeTimeoutError(IfgymError, TimeoutError):
 
 
 class RunStoppedError(IfgymError, RuntimeError):
-    """Too many episodes failed (over `max_failure_rate`): the run stopped; the message names the commonest error."""
+    """Too many of the episodes a run attempted failed (`max_failure_rate`): it stopped; names the commonest error."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM ended a run once its summary and record were written; the message says where.
+
+    A KeyboardInterrupt, so that it ends a whole sweep and no `except Exception` keeps it.
+    """
+
+    def __init__(self, message: str, signal_name: str = "SIGINT"):
+        super().__init__(message)
+        self.signal_name = signal_name

@@ -9,7 +9,8 @@ re-running the same command resumes into the same folder: `runs/<env>-<run_key>/
 `RunRecord` writes `run.json` into the run folder: the resolved config with secrets removed, the
 ifgym version and git revision (when ifgym runs from a checkout), each role's model and endpoint
 (host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the
-command line, the Hydra job (mode, job number, sweep folder) and the run's status.
+command line, the Hydra job (mode, job number, sweep folder), the writing process's id and the run's
+status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = [
+    "ENDINGS",
     "OPERATIONAL_LLM_KEYS",
     "RECORD_FILE",
     "RunRecord",
@@ -45,6 +47,8 @@ __all__ = [
 ]
 
 RECORD_FILE = "run.json"
+# how a run can end, as run.json's status and summary.json's `ending` say (`failed` is an error instead)
+ENDINGS = ("finished", "finished_with_failures", "stopped_early", "interrupted")
 # LLM settings that change how a run is carried out, not what its episodes are: a resumed run may change them.
 OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env")
 # Top-level eval keys that do not define a run's episodes (how many, where, how they are reported).
@@ -264,6 +268,7 @@ class RunRecord:
         self.data: dict[str, Any] = {
             "run_key": key,
             "status": "running",
+            "pid": os.getpid(),
             "started": _now(),
             "finished": None,
             "ifgym_version": __version__,
@@ -281,9 +286,25 @@ class RunRecord:
         self.data["models"] = models(clients)
         self.write()
 
-    def finish(self, **facts: Any) -> None:
-        """Mark the run finished, with `facts` (e.g. episodes=…), and write the file."""
-        self.data.update(status="finished", finished=_now(), error=None, **facts)
+    def stale_run(self) -> dict[str, Any] | None:
+        """The pid and start of the run the existing file says is `running`, or None.
+
+        Asked once this process holds the episodes file's writer lock: that run's process is gone
+        (killed, e.g. by kill -9), since a live one would still hold the lock.
+        """
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(old, dict) or old.get("status") != "running":
+            return None
+        return {"pid": old.get("pid"), "started": old.get("started")}
+
+    def finish(self, status: str = "finished", **facts: Any) -> None:
+        """Mark how the run ended (a status of `ENDINGS`), with `facts` (e.g. episodes=…), and write the file."""
+        if status not in ENDINGS:
+            raise ValueError(f"unknown run ending {status!r}; one of {', '.join(ENDINGS)}")
+        self.data.update(status=status, finished=_now(), error=None, **facts)
         self.write()
 
     def fail(self, error: BaseException) -> None:

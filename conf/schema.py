@@ -172,7 +172,11 @@ class EvalConf:
     ci_level: float = _help("central share of the bootstrap draws an interval covers", 0.95)
     progress: bool = _help("show a progress bar", True)
     retry_failed: bool = _help("rerunning into an output file runs its failed episodes again", True)
-    max_failure_rate: float = _help("stop the run once more than this share of its episodes has failed", 0.2)
+    max_failure_rate: float = _help(
+        "stop the run once more than this share of the episodes it attempted has failed (judged after 20, or "
+        "sooner when its failures exceed this share of all it plays; failures in the file count once retried)",
+        0.2,
+    )
     episode_timeout: float | None = _help("seconds an episode may run before it counts as failed (null: none)", 3600.0)
 
 
