@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from support.canned_server import CannedServer
 
 USER, PASSWORD = "canary-user-4d1e", "canary-password-7f3a"
@@ -44,8 +46,15 @@ def leaks(folders: list[Path]) -> list[str]:
     return found
 
 
-def test_canary_credentials_reach_the_server_and_no_file_or_output(tmp_path):
-    ray_temp = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # short: Ray's socket paths have a length limit
+@pytest.fixture
+def ray_temp():
+    """A short folder for the run's Ray instance (Ray's socket paths have a length limit), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_canary_credentials_reach_the_server_and_no_file_or_output(tmp_path, ray_temp):
     home = tmp_path / "home"
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env = {

@@ -8,6 +8,7 @@ behind. A worker is really killed (`os._exit`) to count the deaths.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -70,7 +71,8 @@ def ray_temp(monkeypatch):
     folder = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
     assert not ray.is_initialized()  # the run starts its own instance
-    return folder
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_one_killed_worker_is_one_death_and_the_local_instance_ends_with_the_run(tmp_path, ray_temp, capsys):
