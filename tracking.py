@@ -22,6 +22,7 @@ import math
 import netrc
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import BackendError, UnknownNameError
-from ifgym.records import public_config
+from ifgym.records import public_args, public_config
 
 MODES = ("online", "offline", "disabled")
 # W&B's own spellings of its modes (WANDB_MODE=dryrun is offline)
@@ -220,18 +221,24 @@ class WandbLogger:
         self._wandb = wandb
         self.settings = dict(settings)
         Path(self.settings["dir"]).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(
-            project=self.settings["project"],
-            entity=self.settings["entity"],
-            name=self.settings["name"],
-            group=self.settings["group"],
-            tags=self.settings["tags"],
-            mode=self.settings["mode"],
-            dir=self.settings["dir"],
-            job_type="eval",
-            config=public_config(dict(config)) | {"run_key": run_key},
-            reinit="finish_previous",
-        )
+        # W&B records the program's arguments (`sys.argv`) in the run's metadata, which `wandb sync` uploads:
+        # it reads them while the run starts, so they are shown to it as run.json shows them
+        argv, sys.argv = sys.argv, public_args(sys.argv)
+        try:
+            self.run = wandb.init(
+                project=self.settings["project"],
+                entity=self.settings["entity"],
+                name=self.settings["name"],
+                group=self.settings["group"],
+                tags=self.settings["tags"],
+                mode=self.settings["mode"],
+                dir=self.settings["dir"],
+                job_type="eval",
+                config=public_config(dict(config)) | {"run_key": run_key},
+                reinit="finish_previous",
+            )
+        finally:
+            sys.argv = argv
         # the run summary is the run's metrics (set in finish), never the last episode's values
         self.run.define_metric("episode/*", summary="none")
         self._summarize = summarize

@@ -246,7 +246,7 @@ class HTTPBackend:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.config.timeout),
-            headers={"Authorization": auth, "Content-Type": "application/json"},
+            headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
             proxy=env_proxy(self._url),  # looked up once: aiohttp's trust_env would do it per request, in a thread
         )
 
