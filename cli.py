@@ -734,13 +734,59 @@ class JobFailed:
         self.error = error
 
 
+class RunFolders(Callback):
+    """Hydra callback: before Hydra makes a run's (or a sweep's) folder, note which of its folders already exist.
+
+    A run that stops on a config error leaves its folder empty; `_drop_if_empty` then removes the
+    folders this invocation made, and only those: never one the user made (`mkdir -p work/mydir &&
+    cd work/mydir && ifgym eval … hydra.run.dir=$PWD/run` keeps `mydir`).
+    """
+
+    existed: set[Path] | None = None  # this invocation's note (None: nothing noted, so nothing above a run is removed)
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def note(config: Any, key: str) -> None:
+        """Record the folder at `key` of the Hydra config, what it holds, and each of its parents that exists now."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            folder = Path(str(OmegaConf.select(config, key))).resolve()
+        except (OmegaConfBaseException, OSError, ValueError):
+            return  # Hydra reports the same error when it makes the folder
+        held = set(folder.iterdir()) if folder.is_dir() else set()
+        RunFolders.existed = {p for p in (folder, *folder.parents) if p.is_dir()} | held
+
+
 def _drop_if_empty(folder: Path) -> None:
-    """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
+    """Remove what a failed run wrote before its first episode, when that is all it wrote, and the folders it made.
+
+    Only what this invocation made goes (`RunFolders` noted what existed before): a folder the user
+    made keeps everything it held, and the working directory and those above it always stay.
+    """
     written_first = re.compile(r"\.hydra|run(\.shard-\d+-of-\d+)?\.json")  # a shard's record too
-    if folder.is_dir() and all(written_first.fullmatch(p.name) for p in folder.iterdir()):
-        shutil.rmtree(folder)
-        if not any(folder.parent.iterdir()):  # e.g. ./runs, made for this run alone
-            folder.parent.rmdir()
+    existed = RunFolders.existed
+    folder = folder.resolve()
+    if existed is None or not folder.is_dir():
+        return
+    made = [p for p in folder.iterdir() if p not in existed]
+    if not all(written_first.fullmatch(p.name) for p in made):
+        return  # episodes were written: nothing is dropped
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    kept = existed | {Path.cwd().resolve(), *Path.cwd().resolve().parents}
+    while folder not in kept and folder.is_dir() and not any(folder.iterdir()):  # e.g. ./runs, made for this run
+        folder.rmdir()
+        folder = folder.parent
 
 
 def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -1229,6 +1275,7 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         return out
 
     app = hydra.main(config_path="pkg://ifgym.conf", config_name=config_name, version_base="1.3")(task)
+    RunFolders.existed = None  # noted afresh by this invocation's Hydra callback
     # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
     raise_errors = mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
     try:
@@ -1318,4 +1365,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m ifgym.cli`: run the imported module's main, whose classes Hydra's callbacks instantiate
+    # (`ifgym.cli.RunFolders`), not this __main__ copy's
+    from ifgym.cli import main as imported_main
+
+    sys.exit(imported_main())

@@ -103,3 +103,31 @@ def test_the_installed_command_prints_no_traceback(folder):
             env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
         )
         assert done.returncode == 2 and done.stderr.startswith("ifgym: error:") and "Traceback" not in done.stderr
+
+
+def _eval_in(cwd, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ifgym.cli", "eval", *SCRIPTED, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
+    )
+
+
+def test_a_failed_run_keeps_the_folders_it_did_not_make(tmp_path):
+    # the case: mkdir -p work/mydir && cd work/mydir && ifgym eval ... hydra.run.dir=$PWD/run
+    mydir = tmp_path / "work" / "mydir"
+    mydir.mkdir(parents=True)
+    done = _eval_in(mydir, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={mydir}/run")
+    assert done.returncode == 2 and "ifgym's ids" in done.stderr, done.stderr
+    assert mydir.is_dir() and list(mydir.iterdir()) == []  # its empty run folder went, mydir stays
+    # a user's empty folder given as the run folder itself stays too
+    done = _eval_in(mydir, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={mydir}")
+    assert done.returncode == 2 and mydir.is_dir() and list(mydir.iterdir()) == []  # and what ifgym wrote in it went
+
+
+def test_a_failed_run_removes_the_folders_it_made(tmp_path):
+    done = _eval_in(tmp_path, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={tmp_path}/made/by/ifgym/run")
+    assert done.returncode == 2 and list(tmp_path.iterdir()) == []  # made/by/ifgym/run, all of it made here
