@@ -169,8 +169,11 @@ class LLMClient:
         if truncated:
             text = text[: self.config.max_reply_chars]
         self._count(prompt, completion)
-        if cleaned or truncated:
-            self._tally(lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated)))
+        stopped = fields.get("finish_reason") == "length"  # cut at max_tokens by the model server
+        if cleaned or truncated or stopped:
+            self._tally(
+                lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated), max_tokens_stops=int(stopped))
+            )
         reported = prompt is not None or completion is not None
         return Completion(
             text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields

@@ -52,7 +52,18 @@ def test_achat_returns_reply_and_counts_usage():
         "retries": 0,
         "cleaned": 0,
         "truncated": 0,
+        "max_tokens_stops": 0,
     }
+
+
+def test_replies_cut_at_max_tokens_are_counted_per_role():
+    # the server stops a reply at max_tokens and says so (finish_reason "length"); the client counts them
+    with CannedServer(replies=["one two three four five six", "short"]) as srv:
+        client = http_client(srv, "judge", max_tokens=4)
+        cut, whole = client.chat(HI), client.chat(HI)
+    assert (cut.text, cut.finish_reason) == ("one two three four", "length")
+    assert (whole.text, whole.finish_reason) == ("short", "stop")
+    assert client.usage.max_tokens_stops == 1 and client.usage.calls == 2
 
 
 def test_achat_works_across_separate_event_loops():
