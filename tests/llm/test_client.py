@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -484,3 +485,27 @@ def test_resolve_client_names_the_argument_it_refuses(kwargs, named):
     with pytest.raises(ConfigError, match=named) as err:
         resolve_client("gpt-4o", "user", **kwargs)
     assert "'gpt-4o'" in str(err.value) and "LLMConfig" in str(err.value)
+
+
+def test_a_built_client_names_its_model_once(caplog):
+    # gym.make(..., user_llm=CONFIG) builds the client: which model plays the role is said once per process
+    with CannedServer() as srv, caplog.at_level(logging.INFO, logger="ifgym"):
+        config = {"base_url": srv.base_url, "model": srv.model, "api_key_env": None}
+        for _ in range(2):
+            resolve_client(config, "judge")
+        given = http_client(srv, "user")
+        assert resolve_client(given, "user") is given  # a client passed in is the caller's own: not announced
+        host = srv.base_url.split("//")[1].split("/")[0]
+    said = [r.getMessage() for r in caplog.records if r.name == "ifgym.llm.client"]
+    assert said == [f"the judge is played by canned-model (http {host})"]
+
+
+def test_the_embedded_model_is_announced_as_a_warning_before_it_loads(caplog):
+    pytest.importorskip("llama_cpp")  # the client is built, never called: no model is loaded
+    with caplog.at_level(logging.WARNING, logger="ifgym"):
+        resolve_client({"embedded_model": "smollm2-135m"}, "user")
+    (record,) = [r for r in caplog.records if r.name == "ifgym.llm.client"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "the user is played by the embedded model smollm2-135m (embedded), on this CPU"
+    )
