@@ -26,7 +26,7 @@ try:  # the Hydra callback base class; hydra is a core dependency, imported here
 except ImportError:  # pragma: no cover
     Callback = object  # type: ignore[assignment,misc]
 
-USAGE_TEMPLATE = """usage: ifgym <command> [args]
+USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
 commands:
   eval [FLAGS] [KEY=VALUE ...]  evaluate a policy in an env (Hydra overrides, e.g. env.max_turns=10
@@ -41,7 +41,8 @@ commands:
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
-                             set=full|short out=judge_audit.json (no base_url: the embedded model)
+                             set=short|full (short by default: a screen; full before reporting a judge)
+                             out=judge_audit.json (no base_url: the embedded model)
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
@@ -87,6 +88,23 @@ def option_lines() -> list[str]:
 def usage() -> str:
     """The help text, listing each config group's options as they are on disk (never stale)."""
     return USAGE_TEMPLATE.format(groups="\n".join(f"  {line}" for line in option_lines()))
+
+
+def command_help(command: str) -> str:
+    """`ifgym COMMAND --help`: that command's entry of the help text (eval and train add the groups and keys)."""
+    text = usage()
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"  {command} ")), None)
+    if start is None:  # a command the help text does not describe: all of it
+        return text
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("       "):  # its continuation lines
+        end += 1
+    out = [f"usage: ifgym {lines[start].strip()}", *lines[start + 1 : end]]
+    if command in ("eval", "train"):
+        groups = text[text.index("config groups") :]
+        out += ["", groups.rstrip(), "", "keys:", config_help(command)]
+    return "\n".join(out)
 
 
 def _compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None):
@@ -189,6 +207,8 @@ def _explain(
         return generic
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
+        if key.startswith("hydra.") or key in ("hydra", "-m", "--multirun"):  # Hydra's own keys: not the config's
+            continue
         if "=" in item and key not in known and key not in (*GROUPS, TRAIN_GROUP):
             if key.startswith("env.") and not item.startswith("+"):  # env keys are the env's arguments
                 env_keys = [k for k in known if k.startswith("env.")]
@@ -540,10 +560,16 @@ def evaluate(
     record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
     record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name)
     record.start(clients)
+    if clients:  # said once, before a first reset that may load a model and generate for minutes
+        from ifgym.llm import model_place
+
+        print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
     if resolved["progress"] or clients:
+        from ifgym.report import count
+
         limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
         print(
-            f"concurrency: {resolved['concurrency']} episodes at once"
+            f"concurrency: {count(resolved['concurrency'], 'episode')} at once"
             + (f"; requests in flight at most: {limits}" if limits else ""),
             file=sys.stderr,
         )
@@ -665,13 +691,19 @@ def report_run(
     if shard is not None:
         summary["shard"] = str(shard)
     summary["headline"] = list(getattr(env, "headline_metrics", ()))
+    summary["headline_metric"] = getattr(env, "headline_metric", None)
+    definitions = getattr(env, "metric_definitions", {})
+    summary["definitions"] = {k: v for k, v in definitions.items() if k in summary["strict"] or k == "loose"}
     summary["judge"] = judge_record
+    policy = resolved["policy"]
     summary["run"] = record.summary_reference() | {
-        "env": resolved["env"]["id"],
-        "policy": resolved["policy"]["kind"],
+        "env": summary["protocol"].get("env_id") or resolved["env"]["id"],  # the id its episodes carry
+        "policy": policy["kind"],
         "judge": resolved["judge"]["kind"],
         "models": record.data["models"],
     }
+    if "transformers" in (policy["kind"], policy.get("base")):  # in process: no client names the model
+        summary["run"]["policy_model"] = (policy.get("transformers") or {}).get("model")
     if ci_settings is not None:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)
@@ -876,14 +908,14 @@ AUDIT_OPTIONS = ("suites", "set", "out")
 
 
 def judge_audit(args: list[str]) -> int:
-    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the full (or short) gold set, print and write JSON."""
+    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the short gold set (set=full: all), print, write JSON."""
     from omegaconf import OmegaConf
 
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
     from ifgym.rewards.audit import audit, format_report, resolve_modes
 
-    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "full"}
+    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "short"}
     overrides = []
     for item in args:
         key, eq, value = item.partition("=")
@@ -923,6 +955,8 @@ def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
     from ifgym.records import RECORD_FILE
 
     path = Path(arg).expanduser()
+    if not path.exists():
+        raise ConfigError(f"{arg}: no such run folder or episodes file")
     folder = path if path.is_dir() else path.parent
     summary_path = folder / "summary.json"
     if not summary_path.exists():
@@ -1023,13 +1057,15 @@ def compare_runs(args: list[str]) -> int:
         print(f"\nwritten to {out}")
     plot = options.get("plot") or (str(Path(options["out"]).with_suffix(".png")) if options.get("out") else None)
     if plot:  # the two runs side by side, each metric with each run's own interval
-        from ifgym.report import SHOWN_METRICS, write_comparison_plot
+        from ifgym.report import SHOWN_METRICS, policy_label, shown_first, write_comparison_plot
 
-        summaries = {
-            f"{label}: {path.parent.name}": json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
-            for label, path in (("A", pa), ("B", pb))
-        }
-        metrics = [m for m in env_cls.headline_metrics if m in result["strict"]][:SHOWN_METRICS]
+        read = [json.loads((p.parent / "summary.json").read_text(encoding="utf-8")) for p in (pa, pb)]
+        names = [policy_label(s.get("run") or {}) for s in read]
+        if names[0] == names[1]:  # the same policy: the folders tell them apart
+            names = [f"{n} ({p.parent.name})" for n, p in zip(names, (pa, pb), strict=True)]
+        summaries = {f"{label}: {name}": s for label, name, s in zip("AB", names, read, strict=True)}
+        headline = [m for m in env_cls.headline_metrics if m in result["strict"]]
+        metrics = shown_first(headline, getattr(env_cls, "headline_metric", None))[:SHOWN_METRICS]
         title = f"{env_id}: A and B, {len(ea)} episodes"
         path = write_comparison_plot(summaries, metrics, Path(plot).expanduser(), title=title)
         print(f"plot: {path} (the paired differences B - A are in the table)")
@@ -1327,17 +1363,19 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
+    if argv[0] in ("-V", "--version"):
+        from ifgym import __version__
+
+        print(f"ifgym {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and ("-h" in rest or "--help" in rest):  # every command takes --help
+        print(command_help(command))
+        return 0
     try:
         if command == "eval":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help())
-                return 0
             return run_eval(rest)
         if command == "train":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help("train"))
-                return 0
             return run_train(rest)
         if command == "export":
             return export_data(rest)

@@ -563,7 +563,8 @@ class Recorder:
         commonest, count = next(iter(summary["by_type"].items()))
         raise RunStoppedError(
             f"stopped early: {len(failed)} of {len(self.seeds)} episodes failed, more than "
-            f"max_failure_rate={self.max_failure_rate}. Commonest error: {commonest} ({count} episodes): "
+            f"max_failure_rate={self.max_failure_rate}. Commonest error: {commonest} "
+            f"({count} episode{'' if count == 1 else 's'}): "
             f"{summary['examples'][commonest]}. Finished and failed episodes are kept"
             + (f" in {self.log.path}; rerun into it to retry the failed ones" if self.log else "")
         )
