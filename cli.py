@@ -30,7 +30,7 @@ try:  # the Hydra callback base class; hydra is a core dependency, imported here
 except ImportError:  # pragma: no cover
     Callback = object  # type: ignore[assignment,misc]
 
-USAGE_TEMPLATE = """usage: ifgym <command> [args]
+USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
 commands:
   eval [FLAGS] [KEY=VALUE ...]  evaluate a policy in an env (Hydra overrides, e.g. env.max_turns=10
@@ -45,7 +45,8 @@ commands:
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
-                             set=full|short out=judge_audit.json (no base_url: the embedded model)
+                             set=short|full (short by default: a screen; full before reporting a judge)
+                             out=judge_audit.json (no base_url: the embedded model)
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
@@ -97,6 +98,23 @@ def option_lines() -> list[str]:
 def usage() -> str:
     """The help text, listing each config group's options as they are on disk (never stale)."""
     return USAGE_TEMPLATE.format(groups="\n".join(f"  {line}" for line in option_lines()))
+
+
+def command_help(command: str) -> str:
+    """`ifgym COMMAND --help`: that command's entry of the help text (eval and train add the groups and keys)."""
+    text = usage()
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"  {command} ")), None)
+    if start is None:  # a command the help text does not describe: all of it
+        return text
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("       "):  # its continuation lines
+        end += 1
+    out = [f"usage: ifgym {lines[start].strip()}", *lines[start + 1 : end]]
+    if command in ("eval", "train"):
+        groups = text[text.index("config groups") :]
+        out += ["", groups.rstrip(), "", "keys:", config_help(command)]
+    return "\n".join(out)
 
 
 def _compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None):
@@ -199,6 +217,8 @@ def _explain(
         return generic
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
+        if key.startswith("hydra.") or key in ("hydra", "-m", "--multirun"):  # Hydra's own keys: not the config's
+            continue
         if "=" in item and key not in known and key not in (*GROUPS, TRAIN_GROUP):
             if key.startswith("env.") and not item.startswith("+"):  # env keys are the env's arguments
                 env_keys = [k for k in known if k.startswith("env.")]
@@ -565,10 +585,16 @@ def evaluate(
             )
             record.data["took_over"] = stale
         record.start(clients)
+        if clients:  # said once, before a first reset that may load a model and generate for minutes
+            from ifgym.llm import model_place
+
+            print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
         if resolved["progress"] or clients:
+            from ifgym.report import count
+
             limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
             print(
-                f"concurrency: {resolved['concurrency']} episodes at once"
+                f"concurrency: {count(resolved['concurrency'], 'episode')} at once"
                 + (f"; requests in flight at most: {limits}" if limits else ""),
                 file=sys.stderr,
             )
@@ -812,13 +838,19 @@ def report_run(
     if shard is not None:
         summary["shard"] = str(shard)
     summary["headline"] = list(getattr(env, "headline_metrics", ()))
+    summary["headline_metric"] = getattr(env, "headline_metric", None)
+    definitions = getattr(env, "metric_definitions", {})
+    summary["definitions"] = {k: v for k, v in definitions.items() if k in summary["strict"] or k == "loose"}
     summary["judge"] = judge_record
+    policy = resolved["policy"]
     summary["run"] = record.summary_reference() | {
-        "env": resolved["env"]["id"],
-        "policy": resolved["policy"]["kind"],
+        "env": summary["protocol"].get("env_id") or resolved["env"]["id"],  # the id its episodes carry
+        "policy": policy["kind"],
         "judge": resolved["judge"]["kind"],
         "models": record.data["models"],
     }
+    if "transformers" in (policy["kind"], policy.get("base")):  # in process: no client names the model
+        summary["run"]["policy_model"] = (policy.get("transformers") or {}).get("model")
     if ci_settings is not None and finished:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)
@@ -884,13 +916,59 @@ class JobFailed:
         self.error = error
 
 
+class RunFolders(Callback):
+    """Hydra callback: before Hydra makes a run's (or a sweep's) folder, note which of its folders already exist.
+
+    A run that stops on a config error leaves its folder empty; `_drop_if_empty` then removes the
+    folders this invocation made, and only those: never one the user made (`mkdir -p work/mydir &&
+    cd work/mydir && ifgym eval … hydra.run.dir=$PWD/run` keeps `mydir`).
+    """
+
+    existed: set[Path] | None = None  # this invocation's note (None: nothing noted, so nothing above a run is removed)
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def note(config: Any, key: str) -> None:
+        """Record the folder at `key` of the Hydra config, what it holds, and each of its parents that exists now."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            folder = Path(str(OmegaConf.select(config, key))).resolve()
+        except (OmegaConfBaseException, OSError, ValueError):
+            return  # Hydra reports the same error when it makes the folder
+        held = set(folder.iterdir()) if folder.is_dir() else set()
+        RunFolders.existed = {p for p in (folder, *folder.parents) if p.is_dir()} | held
+
+
 def _drop_if_empty(folder: Path) -> None:
-    """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
+    """Remove what a failed run wrote before its first episode, when that is all it wrote, and the folders it made.
+
+    Only what this invocation made goes (`RunFolders` noted what existed before): a folder the user
+    made keeps everything it held, and the working directory and those above it always stay.
+    """
     written_first = re.compile(r"\.hydra|run(\.shard-\d+-of-\d+)?\.json")  # a shard's record too
-    if folder.is_dir() and all(written_first.fullmatch(p.name) for p in folder.iterdir()):
-        shutil.rmtree(folder)
-        if not any(folder.parent.iterdir()):  # e.g. ./runs, made for this run alone
-            folder.parent.rmdir()
+    existed = RunFolders.existed
+    folder = folder.resolve()
+    if existed is None or not folder.is_dir():
+        return
+    made = [p for p in folder.iterdir() if p not in existed]
+    if not all(written_first.fullmatch(p.name) for p in made):
+        return  # episodes were written: nothing is dropped
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    kept = existed | {Path.cwd().resolve(), *Path.cwd().resolve().parents}
+    while folder not in kept and folder.is_dir() and not any(folder.iterdir()):  # e.g. ./runs, made for this run
+        folder.rmdir()
+        folder = folder.parent
 
 
 def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -980,14 +1058,14 @@ AUDIT_OPTIONS = ("suites", "set", "out")
 
 
 def judge_audit(args: list[str]) -> int:
-    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the full (or short) gold set, print and write JSON."""
+    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the short gold set (set=full: all), print, write JSON."""
     from omegaconf import OmegaConf
 
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
     from ifgym.rewards.audit import audit, format_report, resolve_modes
 
-    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "full"}
+    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "short"}
     overrides = []
     for item in args:
         key, eq, value = item.partition("=")
@@ -1027,6 +1105,8 @@ def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
     from ifgym.records import RECORD_FILE
 
     path = Path(arg).expanduser()
+    if not path.exists():
+        raise ConfigError(f"{arg}: no such run folder or episodes file")
     folder = path if path.is_dir() else path.parent
     summary_path = folder / "summary.json"
     if not summary_path.exists():
@@ -1127,13 +1207,15 @@ def compare_runs(args: list[str]) -> int:
         print(f"\nwritten to {out}")
     plot = options.get("plot") or (str(Path(options["out"]).with_suffix(".png")) if options.get("out") else None)
     if plot:  # the two runs side by side, each metric with each run's own interval
-        from ifgym.report import SHOWN_METRICS, write_comparison_plot
+        from ifgym.report import SHOWN_METRICS, policy_label, shown_first, write_comparison_plot
 
-        summaries = {
-            f"{label}: {path.parent.name}": json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
-            for label, path in (("A", pa), ("B", pb))
-        }
-        metrics = [m for m in env_cls.headline_metrics if m in result["strict"]][:SHOWN_METRICS]
+        read = [json.loads((p.parent / "summary.json").read_text(encoding="utf-8")) for p in (pa, pb)]
+        names = [policy_label(s.get("run") or {}) for s in read]
+        if names[0] == names[1]:  # the same policy: the folders tell them apart
+            names = [f"{n} ({p.parent.name})" for n, p in zip(names, (pa, pb), strict=True)]
+        summaries = {f"{label}: {name}": s for label, name, s in zip("AB", names, read, strict=True)}
+        headline = [m for m in env_cls.headline_metrics if m in result["strict"]]
+        metrics = shown_first(headline, getattr(env_cls, "headline_metric", None))[:SHOWN_METRICS]
         title = f"{env_id}: A and B, {len(ea)} episodes"
         path = write_comparison_plot(summaries, metrics, Path(plot).expanduser(), title=title)
         print(f"plot: {path} (the paired differences B - A are in the table)")
@@ -1380,6 +1462,7 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         return out
 
     app = hydra.main(config_path="pkg://ifgym.conf", config_name=config_name, version_base="1.3")(task)
+    RunFolders.existed = None  # noted afresh by this invocation's Hydra callback
     # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
     raise_errors = mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
     try:
@@ -1440,17 +1523,19 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
+    if argv[0] in ("-V", "--version"):
+        from ifgym import __version__
+
+        print(f"ifgym {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and ("-h" in rest or "--help" in rest):  # every command takes --help
+        print(command_help(command))
+        return 0
     try:
         if command == "eval":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help())
-                return 0
             return run_eval(rest)
         if command == "train":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help("train"))
-                return 0
             return run_train(rest)
         if command == "export":
             return export_data(rest)
@@ -1495,4 +1580,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m ifgym.cli`: run the imported module's main, whose classes Hydra's callbacks instantiate
+    # (`ifgym.cli.RunFolders`), not this __main__ copy's
+    from ifgym.cli import main as imported_main
+
+    sys.exit(imported_main())

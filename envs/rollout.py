@@ -658,7 +658,8 @@ class Recorder:
         commonest, count = next(iter(summary["by_type"].items()))
         raise RunStoppedError(
             f"stopped early: {share}, more than max_failure_rate={self.max_failure_rate}. Commonest error: "
-            f"{commonest} ({count} episodes): {summary['examples'][commonest]}. Finished and failed episodes are kept"
+            f"{commonest} ({count} episode{'' if count == 1 else 's'}): {summary['examples'][commonest]}. "
+            "Finished and failed episodes are kept"
             + (f" in {self.log.path}; rerun into it to retry the failed ones" if self.log else "")
         )
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ifgym.errors import ConfigError, NoChoicesError, ReplyTooLongError
 from ifgym.llm.config import LLMConfig, config_from_mapping, gen_params
@@ -169,8 +171,11 @@ class LLMClient:
         if truncated:
             text = text[: self.config.max_reply_chars]
         self._count(prompt, completion)
-        if cleaned or truncated:
-            self._tally(lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated)))
+        stopped = fields.get("finish_reason") == "length"  # cut at max_tokens by the model server
+        if cleaned or truncated or stopped:
+            self._tally(
+                lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated), max_tokens_stops=int(stopped))
+            )
         reported = prompt is not None or completion is not None
         return Completion(
             text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
@@ -221,17 +226,61 @@ def make_client(config: LLMConfig | Mapping[str, Any], role: str = "policy") -> 
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
 
 
+logger = logging.getLogger(__name__)
+_announced: set[tuple[str, str, str]] = set()  # (role, model, where) said once per process
+_announced_lock = threading.Lock()
+
+
+def model_place(client: Any) -> str:
+    """Which model a client calls and where, without credentials: 'M (embedded)' or 'M (http HOST:PORT)'."""
+    model = getattr(client, "model", None) or type(client).__name__
+    backend = getattr(client, "backend", None)
+    if backend == "embedded":
+        return f"{model} (embedded)"
+    url = getattr(getattr(client, "config", None), "base_url", None)
+    parts = urlsplit(url) if url else None
+    host = f"{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts and parts.hostname else None
+    return f"{model} ({backend} {host})" if backend and host else str(model)
+
+
+def announce(client: Any, role: str) -> None:
+    """Say once per process which model plays `role` (logger `ifgym.llm.client`).
+
+    The embedded model gets a WARNING (shown without any logging set-up): its first call loads it and
+    every call runs on this machine's CPU, so an env's first `reset` can take minutes. A served model
+    gets an INFO line.
+    """
+    where = model_place(client)
+    key = (role, str(getattr(client, "model", "")), where)
+    with _announced_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    if getattr(client, "backend", None) == "embedded":
+        logger.warning(
+            "the %s is played by the embedded model %s, on this CPU: it loads at the first call, and a reset "
+            "that generates text can take minutes (set %s_llm to a served model to go faster; logging at INFO "
+            "shows each generation step)",
+            role,
+            where,
+            role,
+        )
+    else:
+        logger.info("the %s is played by %s", role, where)
+
+
 def resolve_client(
     client: ChatClient | LLMConfig | Mapping[str, Any] | None, role: str, *, name: str = ""
 ) -> ChatClient:
     """A client as given, or one built for `role` from an LLMConfig, a mapping of its fields, or None (embedded).
 
-    `name` is the argument's name in the error (default `<role>_llm`, as the envs call their clients).
+    `name` is the argument's name in the error (default `<role>_llm`, as the envs call their clients). A
+    client built here is announced once (`announce`): which model plays the role, and where.
     """
-    if client is None:
-        return make_client(LLMConfig(), role)
-    if isinstance(client, (LLMConfig, Mapping)):
-        return make_client(client, role)
+    if client is None or isinstance(client, (LLMConfig, Mapping)):
+        built = make_client(LLMConfig() if client is None else client, role)
+        announce(built, role)
+        return built
     if hasattr(client, "chat") and hasattr(client, "achat"):
         return client
     raise ConfigError(

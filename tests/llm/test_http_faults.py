@@ -82,10 +82,10 @@ def test_lone_surrogates_are_cleaned_both_ways_and_counted():
 def test_an_over_long_reply_is_cut_and_counted_or_fails_as_configured():
     long = "word " * 30_000  # 150,000 characters
     with CannedServer(replies=[long]) as server:
-        cut = client_for(server, max_reply_chars=1000)
+        cut = client_for(server, max_reply_chars=1000, max_tokens=40_000)  # a reply the server does not cut
         out = cut.chat(HI)
         assert len(out.text) == 1000 and out.truncated and cut.usage.truncated == 1
-        strict = client_for(server, max_reply_chars=1000, long_reply="fail")
+        strict = client_for(server, max_reply_chars=1000, long_reply="fail", max_tokens=40_000)
         with pytest.raises(ReplyTooLongError, match="150,000 characters, more than max_reply_chars=1,000"):
             strict.chat(HI)
         assert strict.usage.calls == 1  # the call was made and is counted

@@ -12,6 +12,7 @@ and ``GET /v1/models``. A request with ``"stream": true`` gets the same reply as
 events, as OpenAI streams it: ``chat.completion.chunk`` events (the role, the text in pieces, the
 finish reason; then the usage in a chunk without choices when ``stream_options.include_usage``
 is set) and ``data: [DONE]``. A request for another model gets a 404 with an OpenAI-style error body.
+A reply longer than the request's ``max_tokens`` (counted in words) is cut there, finish reason ``length``.
 ``faults`` are (status, headers) pairs answered to the first chat requests, in order, e.g.
 ``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the body to send instead
 of an OpenAI-style error: a dict is sent as JSON (e.g. ``(200, {}, {"choices": []})`` for a
@@ -164,13 +165,17 @@ class CannedServer:
                 text = self.replies[self._next_reply % len(self.replies)]
                 self._next_reply += 1
         prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        finish = "stop"
+        limit = body.get("max_tokens")
+        if isinstance(limit, int) and len(text.split()) > limit:  # as a model server does: cut at max_tokens
+            text, finish = " ".join(text.split()[:limit]), "length"
         completion = len(text.split())
         out: dict[str, Any] = {
             "id": f"chatcmpl-canned-{index}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         }
         if self.include_usage:
             out["usage"] = {
@@ -272,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
         events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces)]
-        events.append(chunk({}, "stop"))
+        events.append(chunk({}, out["choices"][0]["finish_reason"]))
         if include_usage and "usage" in out:
             events.append({**base, "choices": [], "usage": out["usage"]})
         data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
