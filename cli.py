@@ -223,12 +223,32 @@ def config_help(command: str = "eval") -> str:
     return "\n".join(lines)
 
 
+# Where each role's model settings are given (env roles: env.<role>_llm), for messages that name them.
+ROLE_CONFIG_KEYS = {"policy": "policy.llm", "light": "policy.light_llm", "judge": "judge.llm"}
+
+
 def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
     """One client per role for the whole run (shared by every episode: one semaphore, one usage counter)."""
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role)
+    clients[role] = make_client(settings, role, ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
     return clients[role]
+
+
+def check_model_servers(resolved: dict[str, Any], clients: dict[str, Any]) -> None:
+    """Ask each role's server once (`ifgym.llm.check_servers`) and print its notes.
+
+    A model the check filled in goes into the config: the judge audit uses it, `run.json` records it.
+    """
+    from ifgym.llm import check_servers
+
+    for note in check_servers(clients.values()):
+        print(note, file=sys.stderr)
+    for client in clients.values():
+        group, _, name = (getattr(client, "config_key", None) or "").partition(".")
+        settings = resolved.get(group, {}).get(name)
+        if isinstance(settings, dict) and settings.get("base_url"):
+            settings["model"] = client.config.model
 
 
 def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
@@ -405,7 +425,10 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         )
     # a client of its own, so the run's judge usage counts the episodes only
     report = cached_audit(
-        make_client(judge_cfg["llm"], "judge_audit"), suites=[suite], modes={suite: judge.mode}, progress=progress
+        make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
+        suites=[suite],
+        modes={suite: judge.mode},
+        progress=progress,
     )
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
@@ -533,6 +556,7 @@ def evaluate(
     clients: dict[str, Any] = {}
     make_policy = build_policy(resolved["policy"], clients)
     make_env = build_env(resolved["env"], resolved["judge"], clients)
+    check_model_servers(resolved, clients)  # a wrong URL, key or model ends the run here, before any call
     first_env = make_env().unwrapped
     summarize = first_env.summarize
     judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
@@ -579,8 +603,8 @@ def evaluate(
         )
         episodes = result.episodes
         if not episodes:  # possible only with max_failure_rate=1
-            kind, message = next(iter(result.failures["examples"].items()))
-            raise RunStoppedError(f"every episode failed; commonest error: {kind}: {message}")
+            kind, messages = next(iter(result.failures["examples"].items()))
+            raise RunStoppedError(f"every episode failed; commonest error: {kind}: {messages[0]}")
     except BaseException as exc:
         record.fail(exc)
         raise
@@ -861,7 +885,9 @@ def judge_audit(args: list[str]) -> int:
             suites = [s for s in suites if s not in skipped]
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
-    report = audit(make_client(judge_cfg["llm"], "judge"), suites=suites, modes=modes, short=options["set"] == "short")
+    report = audit(
+        make_client(judge_cfg["llm"], "judge", "judge.llm"), suites=suites, modes=modes, short=options["set"] == "short"
+    )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
