@@ -402,9 +402,19 @@ class HTTPBackend:
         except aiohttp.ClientError as exc:
             return model, f"{url} did not list its models ({type(exc).__name__}: {exc}); model {model!r} unchecked"
         try:
-            served = sorted(str(m["id"]) for m in json.loads(content)["data"])
+            listed = json.loads(content)["data"]
+            served = sorted(str(m["id"]) for m in listed)
         except (ValueError, KeyError, TypeError) as exc:
             return model, f"{url}{MODELS_PATH} is not a model list ({type(exc).__name__}); model {model!r} unchecked"
+        model, note = self._model_from(served)
+        if any(isinstance(m, dict) and m.get("owned_by") == "llamacpp" for m in listed):
+            slots = await self._slots_note(session, timeout)
+            note = "; ".join(n for n in (note, slots) if n) or None
+        return model, note
+
+    def _model_from(self, served: list[str]) -> tuple[str, str | None]:
+        """The model to ask for among those a server lists, and a note; raises when it is not among them."""
+        url, model = self._url, self.config.model
         if model in served:
             return model, None
         if not served:
@@ -422,6 +432,28 @@ class HTTPBackend:
         raise NotFoundError(
             f"{url} does not serve model {model!r}.{did_you_mean(model, served)} It serves: {_listed(served)}; "
             f"set {self.setting('model')} to one of them"
+        )
+
+    async def _slots_note(self, session: Any, timeout: Any) -> str | None:
+        """A note when a llama.cpp server has fewer slots (its /props) than this client's concurrency, else None.
+
+        Requests past its slots wait in the server's queue, and that wait counts against `timeout`.
+        """
+        import aiohttp
+
+        root = self._url.removesuffix("/v1")
+        try:
+            content, _ = await _request(session, "GET", root + "/props", timeout=timeout)
+            slots = json.loads(content)["total_slots"]
+        except (aiohttp.ClientError, TimeoutError, StatusError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(slots, int) or slots >= self.config.concurrency:
+            return None
+        return (
+            f"this llama.cpp server has {slots} slot(s) and {self.setting('concurrency')} is "
+            f"{self.config.concurrency}: the other requests queue there, and the wait counts against "
+            f"{self.setting('timeout')} ({self.config.timeout}s); set {self.setting('concurrency')}={slots} or start "
+            f"the server with --parallel {self.config.concurrency}"
         )
 
     async def _check_chat_route(self, session: Any, timeout: Any) -> str:

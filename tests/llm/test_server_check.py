@@ -116,6 +116,21 @@ def test_a_server_that_does_not_answer_in_time_names_the_timeout_key():
             check_servers([client])
 
 
+def test_a_llama_cpp_server_with_fewer_slots_than_the_concurrency_gets_a_note():
+    with CannedServer(slots=1) as server:
+        (note,) = check_servers([policy_client(server.base_url, model="canned-model", concurrency=4, timeout=60)])
+        assert note == (
+            "policy model server: this llama.cpp server has 1 slot(s) and `policy.llm.concurrency` is 4: the other "
+            "requests queue there, and the wait counts against `policy.llm.timeout` (60s); set "
+            "`policy.llm.concurrency`=1 or start the server with --parallel 4"
+        )
+        assert check_servers([policy_client(server.base_url, model="canned-model", concurrency=1)]) == []
+        assert server.gets[-2:] == ["/v1/models", "/props"]
+    with CannedServer() as other:  # a server that is not llama.cpp's is not asked for /props
+        check_servers([policy_client(other.base_url, model="canned-model", concurrency=4)])
+        assert other.gets == ["/v1/models"]
+
+
 def test_embedded_clients_and_test_doubles_are_not_checked():
     from ifgym.llm import CannedClient
 

@@ -21,7 +21,8 @@ error page from a gateway). A fault of status ``0`` closes the connection withou
 (a server that crashed or reset the connection).
 ``list_models=False`` makes ``GET /v1/models`` answer 404 (a server without the listing), ``also_lists``
 names more models it lists (it serves only ``model``), and ``api_key`` makes every request without
-``Authorization: Bearer <api_key>`` get a 401, listing included.
+``Authorization: Bearer <api_key>`` get a 401, listing included. With ``slots=N`` it presents itself as
+llama.cpp's server does: its models are ``owned_by: llamacpp`` and ``GET /props`` gives ``total_slots``.
 The server stops itself after ``ttl`` seconds or ``max_requests`` requests, so a forgotten
 server cannot hang a test run. Connections are kept alive (HTTP/1.1), as model servers keep them,
 so a client's connection pool is exercised; stopping closes them.
@@ -68,6 +69,7 @@ class CannedServer:
         list_models: bool = True,
         also_lists: Sequence[str] = (),
         api_key: str | None = None,
+        slots: int | None = None,
     ):
         if isinstance(replies, str) or (not callable(replies) and not replies):
             raise ValueError("replies must be a non-empty list of strings or a function body -> str")
@@ -81,6 +83,7 @@ class CannedServer:
         self.list_models = list_models
         self.also_lists = list(also_lists)
         self.api_key = api_key
+        self.slots = slots
         self.gets: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -253,8 +256,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.canned.list_models and urllib.parse.urlsplit(self.path).path.rstrip("/") == "/v1/models":
             ids = [self.canned.model, *self.canned.also_lists]
-            models = [{"id": i, "object": "model", "created": 0, "owned_by": "ifgym-tests"} for i in ids]
+            owner = "ifgym-tests" if self.canned.slots is None else "llamacpp"
+            models = [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]
             return self._send(200, {"object": "list", "data": models})
+        if self.canned.slots is not None and urllib.parse.urlsplit(self.path).path == "/props":
+            return self._send(200, {"total_slots": self.canned.slots, "model_path": f"{self.canned.model}.gguf"})
         self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
 
     def do_POST(self) -> None:  # noqa: N802 - name fixed by http.server
