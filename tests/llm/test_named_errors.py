@@ -177,6 +177,26 @@ def test_a_run_with_mixed_failures_counts_them_by_type_and_status(tmp_path):
     assert [line.split(":")[0] for line in lines[1:]] == ["  ServerError", "  RateLimitError", "  ContextLengthError"]
 
 
+def test_wandb_summary_counts_failures_by_type_and_status():
+    from ifgym.tracking import run_summary
+
+    failures = {
+        "episodes": 3,
+        "of": 9,
+        "by_type": {"RateLimitError": 2, "BackendTimeoutError": 1},
+        "by_status": {"429": 2},
+        "examples": {"RateLimitError": ["HTTP 429"], "BackendTimeoutError": ["did not answer"]},
+        "seeds": [1, 4, 7],
+    }
+    out = run_summary({"episodes": 6, "failures": failures})
+    assert {k: v for k, v in out.items() if k.startswith("failures/")} == {
+        "failures/episodes": 3,
+        "failures/by_type/RateLimitError": 2,
+        "failures/by_type/BackendTimeoutError": 1,
+        "failures/by_status/429": 2,
+    }
+
+
 def test_the_table_reads_a_summary_written_before_by_status():
     old = {"episodes": 2, "of": 5, "by_type": {"BackendError": 2}, "examples": {"BackendError": "HTTP 429"}}
     assert failure_line(old).splitlines() == [
