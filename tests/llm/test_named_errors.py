@@ -22,6 +22,7 @@ from ifgym.errors import (
     BackendError,
     BackendTimeoutError,
     BadRequestError,
+    ConnectionDroppedError,
     ContextLengthError,
     NotFoundError,
     RateLimitError,
@@ -105,6 +106,26 @@ def test_a_refused_port_is_unreachable():
     with pytest.raises(UnreachableError, match="is the server running.*`judge.llm.base_url`") as info:
         client.chat(HI)
     assert info.value.status is None
+
+
+def test_an_answer_cut_off_mid_body_is_a_dropped_connection():
+    import threading
+
+    with socket.socket() as listener:  # a server that sends half its answer and closes
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def serve_half():
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{"id"')
+
+        threading.Thread(target=serve_half, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+        client = make_client({"base_url": url, "model": "m", "max_retries": 0}, "policy", "policy.llm")
+        with pytest.raises(ConnectionDroppedError, match="dropped the connection in the middle of its answer"):
+            client.chat(HI)
 
 
 def test_an_unknown_model_is_not_found():
