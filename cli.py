@@ -253,12 +253,32 @@ def config_help(command: str = "eval") -> str:
     return "\n".join(lines)
 
 
+# Where each role's model settings are given (env roles: env.<role>_llm), for messages that name them.
+ROLE_CONFIG_KEYS = {"policy": "policy.llm", "light": "policy.light_llm", "judge": "judge.llm"}
+
+
 def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
     """One client per role for the whole run (shared by every episode: one semaphore, one usage counter)."""
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role)
+    clients[role] = make_client(settings, role, ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
     return clients[role]
+
+
+def check_model_servers(resolved: dict[str, Any], clients: dict[str, Any]) -> None:
+    """Ask each role's server once (`ifgym.llm.check_servers`) and print its notes.
+
+    A model the check filled in goes into the config: the judge audit uses it, `run.json` records it.
+    """
+    from ifgym.llm import check_servers
+
+    for note in check_servers(clients.values()):
+        print(note, file=sys.stderr)
+    for client in clients.values():
+        group, _, name = (getattr(client, "config_key", None) or "").partition(".")
+        settings = resolved.get(group, {}).get(name)
+        if isinstance(settings, dict) and settings.get("base_url"):
+            settings["model"] = client.config.model
 
 
 def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
@@ -435,7 +455,10 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         )
     # a client of its own, so the run's judge usage counts the episodes only
     report = cached_audit(
-        make_client(judge_cfg["llm"], "judge_audit"), suites=[suite], modes={suite: judge.mode}, progress=progress
+        make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
+        suites=[suite],
+        modes={suite: judge.mode},
+        progress=progress,
     )
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
@@ -569,6 +592,7 @@ def evaluate(
         clients: dict[str, Any] = {}
         make_policy = build_policy(resolved["policy"], clients)
         make_env = build_env(resolved["env"], resolved["judge"], clients)
+        check_model_servers(resolved, clients)  # a wrong URL, key or model ends the run here, before any call
         first_env = make_env().unwrapped
         judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
@@ -732,8 +756,8 @@ def _ending(
             f"{len(result.failed)} of {len(result.failed) + len(result.episodes)} episodes failed",
         )
         if not result.episodes:
-            kind, message = next(iter(result.failures["examples"].items()))
-            reason = f"every episode failed; commonest error: {kind}: {message}"
+            kind, messages = next(iter(result.failures["examples"].items()))
+            reason = f"every episode failed; commonest error: {kind}: {messages[0]}"
     else:
         status, reason = "finished", None
     ending: dict[str, Any] = {"status": status, "reason": reason, "unplayed_seeds": unplayed}
@@ -1089,7 +1113,9 @@ def judge_audit(args: list[str]) -> int:
             suites = [s for s in suites if s not in skipped]
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
-    report = audit(make_client(judge_cfg["llm"], "judge"), suites=suites, modes=modes, short=options["set"] == "short")
+    report = audit(
+        make_client(judge_cfg["llm"], "judge", "judge.llm"), suites=suites, modes=modes, short=options["set"] == "short"
+    )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -184,11 +184,34 @@ def definition_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+# Error types named in the results table (the rest are counted), and the length an example is cut to there.
+TOP_FAILURE_TYPES = 3
+EXAMPLE_CHARS = 200
+
+
 def failure_line(failures: dict[str, Any]) -> str:
-    """One line on failed episodes for the results table, e.g. 'failed episodes: 2 of 40 (BackendError 2)'."""
-    kinds = ", ".join(f"{t} {n}" for t, n in failures["by_type"].items())
+    """Failed episodes for the results table: counts by type and HTTP status, then an example of each top type.
+
+    E.g. 'failed episodes: 5 of 40 (RateLimitError 3, ServerError 2; HTTP 429 3, 503 2); rerun …' and
+    an indented line per type. Reads summaries written before `by_status` (one example string per type) too.
+    """
+    by_type = list(failures["by_type"].items())
+    kinds = ", ".join(f"{t} {n}" for t, n in by_type[:TOP_FAILURE_TYPES])
+    if len(by_type) > TOP_FAILURE_TYPES:
+        kinds += f", other {sum(n for _, n in by_type[TOP_FAILURE_TYPES:])}"
+    statuses = ", ".join(f"{s} {n}" for s, n in failures.get("by_status", {}).items())
     count = f"{failures['episodes']} of {failures['of']}"
-    return f"failed episodes: {count} ({kinds}); rerun into the same output to retry them"
+    lines = [
+        f"failed episodes: {count} ({kinds}{'; HTTP ' + statuses if statuses else ''}); rerun into the same "
+        "output to retry them"
+    ]
+    for kind, _ in by_type[:TOP_FAILURE_TYPES]:
+        example = failures.get("examples", {}).get(kind)
+        example = example[0] if isinstance(example, list) and example else example
+        if example:
+            cut = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + " …"
+            lines.append(f"  {kind}: {cut}")
+    return "\n".join(lines)
 
 
 def _add(total: dict[str, Any], counts: dict[str, Any]) -> None:

@@ -126,7 +126,7 @@ def item_names(turn: TurnRecord) -> list[str]:
 
 
 def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's figures as W&B summary keys: metrics with intervals, episodes, usage per role, policy cost."""
+    """The run's figures as W&B summary keys: metrics with intervals, episodes, usage, policy cost, failures."""
     out: dict[str, Any] = {"episodes": summary.get("episodes")}
     for mode in ("strict", "loose"):
         out.update(_flat(mode, summary.get(mode, {})))
@@ -137,6 +137,8 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out.update(_flat(f"usage/{role}", usage))
     out.update(_flat("policy_cost", summary.get("policy_cost") or {}))
     out.update(_flat("user_stats", summary.get("user_stats") or {}))
+    failures = summary.get("failures") or {}  # failed episodes: how many, by error type and by HTTP status
+    out.update(_flat("failures", {k: failures[k] for k in ("episodes", "by_type", "by_status") if k in failures}))
     judge = summary.get("judge") or {}  # which judge scored the run, in which mode, and its audit's numbers
     for key in ("kind", "model", "mode", "trust", "trusted_below_floor"):
         if key in judge:

@@ -27,8 +27,8 @@ class LLMConf:
     top_p: float | None = _help("nucleus sampling; null = server default", None)
     max_tokens: int = _help("longest completion", 512)
     seed: int | None = _help("sampling seed forwarded to the server", None)
-    timeout: float = _help("seconds per request", 60.0)
-    max_retries: int = _help("retries on 408/409/429/5xx (retry-after honoured); counted in usage", 4)
+    timeout: float = _help("seconds per request (a timed-out request is not sent again)", 60.0)
+    max_retries: int = _help("retries on 408/409/429/5xx and dropped connections (retry-after honoured); counted", 4)
     concurrency: int | None = _help("requests in flight for this role; null = the run's `concurrency`", None)
     max_reply_chars: int = _help("longest reply kept, in characters", 100_000)
     long_reply: str = _help(

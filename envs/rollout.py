@@ -104,13 +104,14 @@ class FailedEpisode:
     """An episode that raised instead of finishing: one JSONL line with `"failed": true`.
 
     `turns` is the number of turns it completed, `error` its exception's type, message (secrets
-    redacted, cut at 2,000 characters) and the innermost frame it was raised at.
+    redacted, cut at 2,000 characters), the innermost frame it was raised at, and the HTTP status
+    a model server answered (`status`, only when there was one).
     """
 
     episode_id: str
     env_id: str
     seed: int | None
-    error: dict[str, str]
+    error: dict[str, Any]
     turns: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -125,11 +126,15 @@ class FailedEpisode:
         message = redact(str(exc) or repr(exc))
         if len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS] + f" … [{len(message) - MESSAGE_CHARS} more characters]"
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": message, "at": where}
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            error["status"] = status
         return cls(
             episode_id="",
             env_id=getattr(getattr(base, "spec", None), "id", None) or type(base).__name__,
             seed=seed,
-            error={"type": type(exc).__name__, "message": message, "at": where},
+            error=error,
             turns=len(episode.turns) if episode is not None else 0,
             meta={"policy_usage": _policy_usage(policy)} if policy is not None else {},
         )
@@ -495,20 +500,32 @@ class RunResult:
 
     @property
     def failures(self) -> dict[str, Any]:
-        """Failed episodes counted by error type, with one example message per type (the summary's `failures`)."""
+        """Failed episodes counted by error type and HTTP status, with example messages (the summary's `failures`)."""
         return failure_summary(self.failed, len(self.episodes) + len(self.failed))
 
 
+# Distinct example messages kept per error type in a run's failure summary.
+EXAMPLES_PER_TYPE = 3
+
+
 def failure_summary(failed: Sequence[FailedEpisode], total: int) -> dict[str, Any]:
-    """`{"episodes", "of", "by_type": {type: count}, "examples": {type: message}, "seeds"}`, commonest type first."""
+    """Failed episodes counted, commonest first: `{"episodes", "of", "by_type", "by_status", "examples", "seeds"}`.
+
+    `by_type` is {error type: count}; `by_status` {HTTP status (a string, as JSON keys are): count} over
+    the failures a server answered with a status; `examples` {error type: up to three distinct messages}.
+    """
     counts = Counter(f.error["type"] for f in failed)
-    examples: dict[str, str] = {}
+    statuses = Counter(str(f.error["status"]) for f in failed if f.error.get("status") is not None)
+    examples: dict[str, list[str]] = {}
     for f in failed:
-        examples.setdefault(f.error["type"], f.error["message"])
+        kept = examples.setdefault(f.error["type"], [])
+        if len(kept) < EXAMPLES_PER_TYPE and f.error["message"] not in kept:
+            kept.append(f.error["message"])
     return {
         "episodes": len(failed),
         "of": total,
         "by_type": dict(counts.most_common()),
+        "by_status": dict(statuses.most_common()),
         "examples": {t: examples[t] for t, _ in counts.most_common()},
         "seeds": sorted(f.seed for f in failed if f.seed is not None),
     }
@@ -658,7 +675,7 @@ class Recorder:
         commonest, count = next(iter(summary["by_type"].items()))
         raise RunStoppedError(
             f"stopped early: {share}, more than max_failure_rate={self.max_failure_rate}. Commonest error: "
-            f"{commonest} ({count} episode{'' if count == 1 else 's'}): {summary['examples'][commonest]}. "
+            f"{commonest} ({count} episode{'' if count == 1 else 's'}): {summary['examples'][commonest][0]}. "
             "Finished and failed episodes are kept"
             + (f" in {self.log.path}; rerun into it to retry the failed ones" if self.log else "")
         )

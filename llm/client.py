@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -36,16 +36,19 @@ class LLMClient:
 
     With `config.base_url` it talks to an OpenAI-compatible server (llm/http.py: retries of
     408/409/429/5xx and connection errors, honouring `retry-after`); without it, it runs the
-    embedded llama.cpp model in process. Every failure is a BackendError that names the fix.
+    embedded llama.cpp model in process. Every failure is a BackendError that names the fix;
+    `config_key` is where the settings were given (e.g. `policy.llm`), so a message names
+    `policy.llm.timeout` rather than `timeout`.
     """
 
-    def __init__(self, config: LLMConfig, role: str = "policy"):
+    def __init__(self, config: LLMConfig, role: str = "policy", config_key: str | None = None):
         if not isinstance(config, LLMConfig):
             raise ConfigError(f"LLMClient needs an LLMConfig (or use make_client with a mapping); got {config!r}")
         if not isinstance(role, str) or not role.strip():
             raise ConfigError(f"role must be a non-empty string such as 'policy', 'user' or 'judge'; got {role!r}")
         self.config = config
         self.role = role
+        self.config_key = config_key
         self.usage = Usage()
         self._usage_lock = threading.Lock()
         self._sync_limit = threading.BoundedSemaphore(config.concurrency)
@@ -59,7 +62,7 @@ class LLMClient:
             self._embedded = EmbeddedBackend(config.embedded_model, n_ctx=config.n_ctx, n_threads=config.n_threads)
             self.model = self._embedded.name
         else:
-            self._http = HTTPBackend(config, self._tally)
+            self._http = HTTPBackend(config, self._tally, config_key)
             self.model = config.model
 
     def __deepcopy__(self, memo: dict) -> LLMClient:
@@ -69,7 +72,7 @@ class LLMClient:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
-        return (LLMClient, (self.config, self.role))
+        return (LLMClient, (self.config, self.role, self.config_key))
 
     def __repr__(self) -> str:
         where = self.config.base_url or f"embedded:{self.model}"
@@ -109,6 +112,24 @@ class LLMClient:
                 )
                 return self._from_embedded(out)
             return self._from_server(await self._http.achat(aclient, msgs, params))
+
+    def check_server(self) -> str | None:
+        """Ask the server once whether it answers and serves the model (before a run); a note, or None.
+
+        Raises a BackendError (or ConfigError) naming the setting to change; a model left unset is
+        filled from a server that lists exactly one (the note says so). The embedded backend: None.
+        """
+        if self._http is None:
+            return None
+        try:
+            model, note = self._http.check()
+        finally:
+            self._http.close()  # the check's connection and loop thread; a sync call opens them again
+        if model != self.config.model:
+            self.config = dataclasses.replace(self.config, model=model)
+            self._http.config = self.config
+            self.model = model
+        return note
 
     def count_tokens(self, messages: list[Message]) -> int | None:
         """Prompt tokens of `messages` for this client's model, or None where no tokenizer is at hand.
@@ -217,12 +238,14 @@ class LLMClient:
         return state
 
 
-def make_client(config: LLMConfig | Mapping[str, Any], role: str = "policy") -> LLMClient:
+def make_client(
+    config: LLMConfig | Mapping[str, Any], role: str = "policy", config_key: str | None = None
+) -> LLMClient:
     """Build an LLMClient from an LLMConfig or a mapping of its fields (unknown keys → ConfigError)."""
     if isinstance(config, LLMConfig):
-        return LLMClient(config, role)
+        return LLMClient(config, role, config_key)
     if isinstance(config, Mapping):
-        return LLMClient(config_from_mapping(config), role)
+        return LLMClient(config_from_mapping(config), role, config_key)
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
 
 
@@ -267,6 +290,19 @@ def announce(client: Any, role: str) -> None:
         )
     else:
         logger.info("the %s is played by %s", role, where)
+
+
+def check_servers(clients: Iterable[Any]) -> list[str]:
+    """Check each LLMClient's server once, in order, before a run (`LLMClient.check_server`); the notes to show.
+
+    The first unusable server raises, naming its setting; other clients (test doubles) are skipped.
+    """
+    notes = []
+    for client in clients:
+        note = client.check_server() if isinstance(client, LLMClient) else None
+        if note:
+            notes.append(f"{client.role} model server: {note}")
+    return notes
 
 
 def resolve_client(

@@ -72,8 +72,8 @@ class LLMConfig:
 
     The API key is never stored here: `api_key_env` names the environment variable that holds it.
     `timeout` (seconds per HTTP attempt) and `max_retries` serve the HTTP path only: it retries
-    408/409/429/5xx, timeouts and connection errors with exponential backoff, honouring
-    `retry-after` / `retry-after-ms`.
+    408/409/429/5xx and connection errors with exponential backoff, honouring `retry-after` /
+    `retry-after-ms`; a timed-out request is not sent again (the server is likely still busy with it).
     `extra` is sent as additional request fields (HTTP: fields of the JSON body; embedded: keyword arguments
     of `Llama.create_chat_completion`, e.g. `top_k`). `headers` are sent with every HTTP request (a
     gateway's key, say; they win over ifgym's own); run records show their names, never their values.

@@ -80,7 +80,8 @@ def test_a_failing_episode_is_a_failed_line_and_the_run_goes_on(tmp_path):
         "episodes": 2,
         "of": 5,
         "by_type": {"ValueError": 2},
-        "examples": {"ValueError": "wrapper bug"},
+        "by_status": {},  # no model server answered
+        "examples": {"ValueError": ["wrapper bug"]},  # the same message is kept once
         "seeds": [1, 3],
     }
     assert [e.seed for e in read_episodes(out)] == [0, 2, 4]  # readers of finished episodes skip failed lines
@@ -176,7 +177,7 @@ def test_model_server_errors_fail_one_episode_not_the_run(tmp_path):
         client = make_client(LLMConfig(base_url=server.base_url, model="canned-model", max_retries=0), "policy")
         result = run(make_env, lambda: ChatPolicy(client), range(6), progress=False, concurrency=1)
     assert [f.seed for f in result.failed] == [0]
-    assert result.failed[0].error["type"] == "BackendError"
+    assert result.failed[0].error["type"] == "ServerError" and result.failed[0].error["status"] == 500
     assert "500" in result.failed[0].error["message"]
     assert [e.seed for e in result.episodes] == [1, 2, 3, 4, 5]
 
@@ -200,10 +201,10 @@ def test_cli_reports_failures_in_table_and_summary_and_exits_non_zero(tmp_path, 
         ]
         assert main(args) == 1
         captured = capsys.readouterr()
-        assert "failed episodes: 1 of 5 (BackendError 1)" in captured.out
+        assert "failed episodes: 1 of 5 (ServerError 1; HTTP 500 1)" in captured.out
         assert "episodes failed (1 of 5 in" in captured.err
         summary = json.loads((tmp_path / "summary.json").read_text())
-        assert summary["episodes"] == 4 and summary["failures"]["by_type"] == {"BackendError": 1}
+        assert summary["episodes"] == 4 and summary["failures"]["by_type"] == {"ServerError": 1}
         # the rerun retries seed 0 (the server now answers) and exits 0
         assert main(args) == 0
     assert [e.seed for e in read_episodes(out)] == [1, 2, 3, 4, 0]

@@ -130,7 +130,7 @@ def test_a_run_records_each_fault_on_its_own_episode_and_finishes(tmp_path):
             max_failure_rate=1,
         )
     types = [f.error["type"] for f in result.failed]
-    assert types == ["NonJSONReplyError", "HTMLReplyError", "NullContentError", "NoChoicesError", "BackendError"]
+    assert types == ["NonJSONReplyError", "HTMLReplyError", "NullContentError", "NoChoicesError", "ServerError"]
     assert [e.seed for e in result.episodes] == [5, 6, 7]
     # the cleaned replies were written (no UnicodeEncodeError at the append) and read back
     assert all("\ufffd" in t.reply for e in read_episodes(out) for t in e.turns)
