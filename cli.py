@@ -6,6 +6,9 @@ folder; `SweepSummary` writes a table across jobs at the end), `--cfg`, `--info`
 `--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job runs the episodes
 (resuming into its folder), prints the results table, writes the run record, summary and plots,
 and logs to W&B when `logger=wandb`. Mistakes in the config end in one `ifgym: error:` line.
+Exit status (`EXIT_*`): 0 finished, 1 finished with failed episodes (or failed sweep jobs), 2 usage
+or configuration error, 3 stopped early, 130 Ctrl-C, 143 SIGTERM; every ending but 2 writes the
+run's summary.json and run.json status first.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ try:  # the Hydra callback base class; hydra is a core dependency, imported here
 except ImportError:  # pragma: no cover
     Callback = object  # type: ignore[assignment,misc]
 
-USAGE_TEMPLATE = """usage: ifgym <command> [args]
+USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
 commands:
   eval [FLAGS] [KEY=VALUE ...]  evaluate a policy in an env (Hydra overrides, e.g. env.max_turns=10
@@ -41,7 +45,8 @@ commands:
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
-                             set=full|short out=judge_audit.json (no base_url: the embedded model)
+                             set=short|full (short by default: a screen; full before reporting a judge)
+                             out=judge_audit.json (no base_url: the embedded model)
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
@@ -54,6 +59,12 @@ commands:
                              prompts (GRPO/PPO rows for ifgym.rewards.trl.TurnReward), sft (passing turns;
                              min_reward=1.0), preferences (DPO pairs of replies to the same prompt; margin=0.1
                              pairs=all|best_worst), turns (one row per turn with verdicts); JSON Lines
+  view RUN [RUN_B] [--serve]  write report.html into RUN's folder (one run, or two side by side by seed): results
+                             with intervals, plots, judge audit, transcripts; --serve serves it on 127.0.0.1 to label
+                             a sample of the judge's verdicts into labels.jsonl (--port N --idle-seconds S --sample N)
+  agreement RUN [resamples= level= seed=]  the judge against the human labels of RUN (labels.jsonl): kappa,
+                             accuracy and yes-rate on the human's negatives per group with bootstrap intervals,
+                             written to summary.json and to the run's W&B run when it has one
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
                              (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
 
@@ -66,7 +77,18 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 GROUPS = ("env", "policy", "judge", "logger")
 TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
-COMMANDS = ("eval", "train", "judge-audit", "compare", "merge", "rescore", "export", "flexbench-dimensions")
+COMMANDS = (
+    "eval",
+    "train",
+    "judge-audit",
+    "compare",
+    "merge",
+    "rescore",
+    "export",
+    "flexbench-dimensions",
+    "view",
+    "agreement",
+)
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -89,6 +111,23 @@ def option_lines() -> list[str]:
 def usage() -> str:
     """The help text, listing each config group's options as they are on disk (never stale)."""
     return USAGE_TEMPLATE.format(groups="\n".join(f"  {line}" for line in option_lines()))
+
+
+def command_help(command: str) -> str:
+    """`ifgym COMMAND --help`: that command's entry of the help text (eval and train add the groups and keys)."""
+    text = usage()
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"  {command} ")), None)
+    if start is None:  # a command the help text does not describe: all of it
+        return text
+    end = start + 1
+    while end < len(lines) and lines[end].startswith("       "):  # its continuation lines
+        end += 1
+    out = [f"usage: ifgym {lines[start].strip()}", *lines[start + 1 : end]]
+    if command in ("eval", "train"):
+        groups = text[text.index("config groups") :]
+        out += ["", groups.rstrip(), "", "keys:", config_help(command)]
+    return "\n".join(out)
 
 
 def _compose(overrides: list[str], config_dir: str | None = None, config_name: str | None = None):
@@ -191,6 +230,8 @@ def _explain(
         return generic
     for item in overrides:
         key = item.lstrip("+~").split("=", 1)[0]
+        if key.startswith("hydra.") or key in ("hydra", "-m", "--multirun"):  # Hydra's own keys: not the config's
+            continue
         if "=" in item and key not in known and key not in (*GROUPS, TRAIN_GROUP):
             if key.startswith("env.") and not item.startswith("+"):  # env keys are the env's arguments
                 env_keys = [k for k in known if k.startswith("env.")]
@@ -225,11 +266,15 @@ def config_help(command: str = "eval") -> str:
     return "\n".join(lines)
 
 
+# Where each role's model settings are given (env roles: env.<role>_llm), for messages that name them.
+ROLE_CONFIG_KEYS = {"policy": "policy.llm", "light": "policy.light_llm", "judge": "judge.llm"}
+
+
 def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
     """One client per role for the whole run (shared by every episode: one semaphore, one usage counter)."""
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role)
+    clients[role] = make_client(settings, role, ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
     return clients[role]
 
 
@@ -241,6 +286,22 @@ def use_cache(clients: dict[str, Any], resolved: dict[str, Any]) -> None:
         cache = CallCache(resolved["cache"], nondeterministic=bool(resolved.get("cache_nondeterministic")))
         for client in clients.values():
             client.cache = cache
+
+
+def check_model_servers(resolved: dict[str, Any], clients: dict[str, Any]) -> None:
+    """Ask each role's server once (`ifgym.llm.check_servers`) and print its notes.
+
+    A model the check filled in goes into the config: the judge audit uses it, `run.json` records it.
+    """
+    from ifgym.llm import check_servers
+
+    for note in check_servers(clients.values()):
+        print(note, file=sys.stderr)
+    for client in clients.values():
+        group, _, name = (getattr(client, "config_key", None) or "").partition(".")
+        settings = resolved.get(group, {}).get(name)
+        if isinstance(settings, dict) and settings.get("base_url"):
+            settings["model"] = client.config.model
 
 
 def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
@@ -417,7 +478,10 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         )
     # a client of its own, so the run's judge usage counts the episodes only
     report = cached_audit(
-        make_client(judge_cfg["llm"], "judge_audit"), suites=[suite], modes={suite: judge.mode}, progress=progress
+        make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
+        suites=[suite],
+        modes={suite: judge.mode},
+        progress=progress,
     )
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
@@ -491,14 +555,14 @@ def evaluate(
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import run
+    from ifgym.envs.rollout import claim_output
     from ifgym.envs.shards import Shard, combine, finished_seeds, shard_files
-    from ifgym.errors import ConfigError, RunStoppedError
+    from ifgym.errors import ConfigError
     from ifgym.records import RECORD_FILE, RunRecord, default_run_dir
 
     check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    ci_settings = _ci_settings(resolved)  # a bad interval setting fails now, not after the episodes
+    _ci_settings(resolved)  # a bad interval setting fails now, not after the episodes
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
@@ -527,94 +591,228 @@ def evaluate(
                 f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {len(seeds)} shards; use "
                 "fewer shards or more episodes"
             )
-        # seeds another shard (or the run itself) finished are done: no replays to merge later
-        elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
-        done = elsewhere - finished_seeds([out], key)
-        seeds = [s for s in shard.seeds(seeds) if s not in done]
-        if not seeds:
-            print(f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play")
-            return {"output": str(out), "episodes": 0}
-    elif shard_files(out):
-        combined = combine(out, [p for _, p in shard_files(out)], key)
-        print(
-            f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
-            f"episodes ({combined.added} lines from the shards); their seeds are not played again",
-            file=sys.stderr,
-        )
-    fill_request_limits(resolved, resolved["concurrency"])
-    clients: dict[str, Any] = {}
-    make_policy = build_policy(resolved["policy"], clients)
-    make_env = build_env(resolved["env"], resolved["judge"], clients)
-    use_cache(clients, resolved)
-    first_env = make_env().unwrapped
-    summarize = first_env.summarize
-    judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
-
-    record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
-    record = RunRecord(out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name)
-    record.start(clients)
-    if resolved["progress"] or clients:
-        limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
-        print(
-            f"concurrency: {resolved['concurrency']} episodes at once"
-            + (f"; requests in flight at most: {limits}" if limits else ""),
-            file=sys.stderr,
-        )
-    logger = None
-    try:
-        if resolved["logger"]["kind"] == "wandb":
-            logger = _wandb_logger(resolved, key, summarize, out.parent, job, loose=_has_loose(first_env))
-        executor = resolved["executor"]
-        if executor["kind"] not in ("local", "ray"):
-            raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
-        if executor["kind"] == "ray":  # Ray is imported only when chosen
-            from functools import partial
-
-            from ifgym.envs.ray_executor import run_ray
-
-            runner: Callable[..., Any] = partial(
-                run_ray, num_workers=executor["num_workers"], address=executor["address"]
+    # the episodes file's writer lock before anything is written: a second writer refused here (ConfigError
+    # naming the first) leaves the first run's run.json, summary.json and episodes untouched
+    with claim_output(out):
+        if shard is not None:
+            # seeds another shard (or the run itself) finished are done: no replays to merge later
+            elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
+            done = elsewhere - finished_seeds([out], key)
+            seeds = [s for s in shard.seeds(seeds) if s not in done]
+            if not seeds:
+                print(
+                    f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play"
+                )
+                return {"output": str(out), "episodes": 0}
+        elif shard_files(out):
+            combined = combine(out, [p for _, p in shard_files(out)], key)
+            print(
+                f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
+                f"episodes ({combined.added} lines from the shards); their seeds are not played again",
+                file=sys.stderr,
             )
-        else:
-            runner = run
-        result = runner(
-            make_env,
-            make_policy,
-            seeds,
-            output=out,
-            run_key=key,
-            concurrency=resolved["concurrency"],
-            progress=resolved["progress"],
-            on_episode=logger.log_episode if logger else None,
-            retry_failed=resolved["retry_failed"],
-            max_failure_rate=resolved["max_failure_rate"],
-            episode_timeout=resolved["episode_timeout"],
+        fill_request_limits(resolved, resolved["concurrency"])
+        clients: dict[str, Any] = {}
+        make_policy = build_policy(resolved["policy"], clients)
+        make_env = build_env(resolved["env"], resolved["judge"], clients)
+        check_model_servers(resolved, clients)  # a wrong URL, key or model ends the run here, before any call
+        use_cache(clients, resolved)
+        first_env = make_env().unwrapped
+        judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
+
+        record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
+        record = RunRecord(
+            out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name
         )
-        episodes = result.episodes
-        if not episodes:  # possible only with max_failure_rate=1
-            kind, message = next(iter(result.failures["examples"].items()))
-            raise RunStoppedError(f"every episode failed; commonest error: {kind}: {message}")
+        stale = record.stale_run()
+        if stale is not None:  # we hold the lock, so the process that wrote "running" is gone
+            print(
+                f"ifgym: {record.path} says a run (pid {stale['pid']}, started {stale['started']}) is still running, "
+                f"but nothing holds {out.name}: that process is gone (killed?); this run takes over and resumes it",
+                file=sys.stderr,
+            )
+            record.data["took_over"] = stale
+        record.start(clients)
+        if clients:  # said once, before a first reset that may load a model and generate for minutes
+            from ifgym.llm import model_place
+
+            print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
+        if resolved["progress"] or clients:
+            from ifgym.report import count
+
+            limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
+            print(
+                f"concurrency: {count(resolved['concurrency'], 'episode')} at once"
+                + (f"; requests in flight at most: {limits}" if limits else ""),
+                file=sys.stderr,
+            )
+        return _play_and_report(
+            resolved, make_env, make_policy, seeds, out, record, first_env, judge_record, clients, shard, job
+        )
+
+
+def _play_and_report(
+    resolved: dict[str, Any],
+    make_env: Callable[[], Any],
+    make_policy: Callable[[], Any],
+    seeds: list[int],
+    out: Path,
+    record: Any,
+    first_env: Any,
+    judge_record: dict[str, Any],
+    clients: dict[str, Any],
+    shard: Any,
+    job: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Play the run's seeds and write its summary and record, however the run ends (README: "Every ending").
+
+    Finished, or finished with failed episodes: returns the summary. Stopped early (RunStoppedError)
+    or interrupted (Ctrl-C, SIGTERM: RunInterrupted): the summary of what the episodes file holds is
+    written first, then the error is raised, naming the seeds never played and the command to resume.
+    """
+    from ifgym.envs.rollout import file_result, run
+    from ifgym.errors import ConfigError, RunInterrupted, RunStoppedError
+
+    ci_settings = _ci_settings(resolved)
+    logger = None
+    signals: list[str] = []
+    stopped: RunStoppedError | None = None
+    interrupted = False
+    try:
+        with _sigterm_interrupts(signals):
+            try:
+                if resolved["logger"]["kind"] == "wandb":
+                    logger = _wandb_logger(
+                        resolved,
+                        record.data["run_key"],
+                        first_env.summarize,
+                        out.parent,
+                        job,
+                        loose=_has_loose(first_env),
+                    )
+                executor = resolved["executor"]
+                if executor["kind"] not in ("local", "ray"):
+                    raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
+                if executor["kind"] == "ray":  # Ray is imported only when chosen
+                    from functools import partial
+
+                    from ifgym.envs.ray_executor import run_ray
+
+                    runner: Callable[..., Any] = partial(
+                        run_ray, num_workers=executor["num_workers"], address=executor["address"]
+                    )
+                else:
+                    runner = run
+                result = runner(
+                    make_env,
+                    make_policy,
+                    seeds,
+                    output=out,
+                    run_key=record.data["run_key"],
+                    concurrency=resolved["concurrency"],
+                    progress=resolved["progress"],
+                    on_episode=logger.log_episode if logger else None,
+                    retry_failed=resolved["retry_failed"],
+                    max_failure_rate=resolved["max_failure_rate"],
+                    episode_timeout=resolved["episode_timeout"],
+                )
+                unplayed: list[int] = []
+            except RunStoppedError as exc:  # what the file holds is summarized: the stop names what ended it
+                stopped = exc
+                result, unplayed = file_result(out, seeds)
+            except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the episodes in flight were cancelled
+                interrupted = True
+                result, unplayed = file_result(out, seeds)
+            ending = _ending(result, unplayed, stopped, signals if interrupted else None, record.data["command"])
+            summary, plots, charts = report_run(
+                first_env,
+                resolved,
+                out,
+                result.episodes,
+                result.failures,
+                worker_deaths=result.worker_deaths,
+                judge_record=judge_record,
+                record=record,
+                roles=clients,
+                ci_settings=ci_settings,
+                shard=shard,
+                ending=ending,
+            )
+    except KeyboardInterrupt:  # interrupted again while the summary was being written: the record says so
+        record.finish("interrupted", summary=None)
+        signal_name = "SIGTERM" if signals else "SIGINT"
+        raise RunInterrupted(
+            f"interrupted ({signal_name}) while the summary was written: {record.path} says so; the episodes are in "
+            f"{out}; resume with: {record.data['command']}",
+            signal_name,
+        ) from None
     except BaseException as exc:
         record.fail(exc)
         raise
-    summary, plots, charts = report_run(
-        first_env,
-        resolved,
-        out,
-        episodes,
-        result.failures,
-        worker_deaths=result.worker_deaths,
-        judge_record=judge_record,
-        record=record,
-        roles=clients,
-        ci_settings=ci_settings,
-        shard=shard,
-    )
-    if logger:
-        logger.finish(episodes, summary, plots, charts=charts)
+    if logger and not interrupted:
+        logger.finish(result.episodes, summary, plots, charts=charts)
         if logger.settings["mode"] == "offline":
             print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
+    written = (
+        f"wrote {out.parent / record.data['summary']} and {record.path.name} ({len(result.episodes)} finished, "
+        f"{len(result.failed)} failed, {len(unplayed)} never played); resume with: {ending['resume']}"
+    )
+    if stopped is not None:
+        raise RunStoppedError(f"{stopped}. {written}")
+    if interrupted:
+        signal_name = ending["signal"]
+        raise RunInterrupted(f"interrupted ({signal_name}): {written}", signal_name)
     return summary
+
+
+def _ending(
+    result: Any, unplayed: list[int], stopped: BaseException | None, signals: list[str] | None, command: str
+) -> dict[str, Any]:
+    """How a run ended, as summary.json's `ending` and run.json say it: status, why, seeds never played, resume."""
+    if signals is not None:
+        signal_name = "SIGTERM" if signals else "SIGINT"
+        status, reason = "interrupted", f"{signal_name} ({'Ctrl-C' if signal_name == 'SIGINT' else 'terminated'})"
+    elif stopped is not None:
+        status, reason = "stopped_early", str(stopped)
+    elif result.failed:
+        status, reason = (
+            "finished_with_failures",
+            f"{len(result.failed)} of {len(result.failed) + len(result.episodes)} episodes failed",
+        )
+        if not result.episodes:
+            kind, messages = next(iter(result.failures["examples"].items()))
+            reason = f"every episode failed; commonest error: {kind}: {messages[0]}"
+    else:
+        status, reason = "finished", None
+    ending: dict[str, Any] = {"status": status, "reason": reason, "unplayed_seeds": unplayed}
+    ending["resume"] = command if status != "finished" else None
+    if signals is not None:
+        ending["signal"] = signal_name
+    return ending
+
+
+@contextmanager
+def _sigterm_interrupts(signals: list[str]) -> Iterator[None]:
+    """A block in which SIGTERM ends the run as Ctrl-C does (noted in `signals`); in the main thread only."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        signals.append("SIGTERM")
+        on_sigint = signal.getsignal(signal.SIGINT)
+        if not callable(on_sigint):
+            raise KeyboardInterrupt
+        on_sigint(signal.SIGINT, frame)  # asyncio.run's cancels the run's task, then raises KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ci_settings(resolved: dict[str, Any]) -> Any:
@@ -644,13 +842,16 @@ def report_run(
     roles: Iterable[str],
     ci_settings: Any,
     shard: Any = None,
+    ending: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Path], dict[str, Any]]:
     """Summarize a run's episodes, write its summary, plots and report, finish its record, print its table.
 
     Shared by `ifgym eval` and `ifgym merge`. `roles` are the run's model roles (each gets a usage
     row, zeros when it made no call; usage is summed from the records in `out`). A shard (`shard`)
-    writes `summary.shard-I-of-N.json` and no plots (the merged run draws them). Returns the
-    summary, the plots written and the chart data.
+    writes `summary.shard-I-of-N.json` and no plots (the merged run draws them). `ending` says how
+    the run ended (`status`, `reason`, `unplayed_seeds`, `resume`; by default finished, with or
+    without failed episodes): it goes into the summary and the record; an interrupted run writes
+    no plots and prints nothing. Returns the summary, the plots written and the chart data.
     """
     from ifgym.envs.rollout import usage_totals
     from ifgym.llm import Usage
@@ -659,8 +860,10 @@ def report_run(
     semantics = getattr(env, "checker_semantics", "ifgym")
     # one pass over the episodes file: each episode is read, reduced to rows and counts, and dropped
     tally = RunTally.of(episodes, env, loose=_has_loose(env))
-    loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) else {}
-    summary = {"protocol": env.protocol(), "strict": env.summarize_rows(tally.strict), "loose": loose}
+    finished = len(episodes) > 0  # none when every episode failed, or none finished before a stop: no metrics
+    loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) and finished else {}
+    strict = env.summarize_rows(tally.strict) if finished else {}
+    summary = {"protocol": env.protocol(), "strict": strict, "loose": loose}
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)
@@ -673,28 +876,42 @@ def report_run(
         summary["policy_cost"] = cost
     summary["episodes"] = len(episodes)
     summary["failures"] = failures
+    if ending is None:
+        status = "finished_with_failures" if failures.get("episodes") else "finished"
+        ending = {"status": status, "reason": None, "unplayed_seeds": [], "resume": None}
+    summary["ending"] = ending
+    quiet = ending["status"] == "interrupted"  # Ctrl-C: the summary and record, then one line
     summary["executor"] = dict(resolved["executor"]) | {"worker_deaths": worker_deaths}
     summary["output"] = str(out)
     if shard is not None:
         summary["shard"] = str(shard)
     summary["headline"] = list(getattr(env, "headline_metrics", ()))
+    summary["headline_metric"] = getattr(env, "headline_metric", None)
+    definitions = getattr(env, "metric_definitions", {})
+    summary["definitions"] = {k: v for k, v in definitions.items() if k in summary["strict"] or k == "loose"}
     summary["judge"] = judge_record
+    policy = resolved["policy"]
     summary["run"] = record.summary_reference() | {
-        "env": resolved["env"]["id"],
-        "policy": resolved["policy"]["kind"],
+        "env": summary["protocol"].get("env_id") or resolved["env"]["id"],  # the id its episodes carry
+        "policy": policy["kind"],
         "judge": resolved["judge"]["kind"],
         "models": record.data["models"],
     }
-    if ci_settings is not None:
+    if "transformers" in (policy["kind"], policy.get("base")):  # in process: no client names the model
+        summary["run"]["policy_model"] = (policy.get("transformers") or {}).get("model")
+    if ci_settings is not None and finished:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)
-    files = shard is None and resolved["plots"]
+    files = shard is None and resolved["plots"] and not quiet and finished
     plots = write_plots(tally, summary, out.parent) if files else {}
-    if hasattr(env, "write_report") and shard is None:  # env-specific files (FlexBench: dimension table, heatmap)
+    if hasattr(env, "write_report") and shard is None and not quiet and finished:  # FlexBench: dimension table
         plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
     summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")
     write_summary(summary, summary_path)
-    record.finish(episodes=len(episodes), summary=summary_path.name)
+    facts = {k: v for k, v in ending.items() if k != "status"}
+    record.finish(ending["status"], episodes=len(episodes), summary=summary_path.name, ending=facts)
+    if quiet:
+        return summary, plots, charts
     print(results_table(summary))
     for line in audit_lines(judge_record):
         print(line)
@@ -747,13 +964,59 @@ class JobFailed:
         self.error = error
 
 
+class RunFolders(Callback):
+    """Hydra callback: before Hydra makes a run's (or a sweep's) folder, note which of its folders already exist.
+
+    A run that stops on a config error leaves its folder empty; `_drop_if_empty` then removes the
+    folders this invocation made, and only those: never one the user made (`mkdir -p work/mydir &&
+    cd work/mydir && ifgym eval … hydra.run.dir=$PWD/run` keeps `mydir`).
+    """
+
+    existed: set[Path] | None = None  # this invocation's note (None: nothing noted, so nothing above a run is removed)
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        RunFolders.note(config, "hydra.sweep.dir")
+
+    @staticmethod
+    def note(config: Any, key: str) -> None:
+        """Record the folder at `key` of the Hydra config, what it holds, and each of its parents that exists now."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            folder = Path(str(OmegaConf.select(config, key))).resolve()
+        except (OmegaConfBaseException, OSError, ValueError):
+            return  # Hydra reports the same error when it makes the folder
+        held = set(folder.iterdir()) if folder.is_dir() else set()
+        RunFolders.existed = {p for p in (folder, *folder.parents) if p.is_dir()} | held
+
+
 def _drop_if_empty(folder: Path) -> None:
-    """Remove a run folder that holds nothing but what was written before the run failed (no episodes)."""
+    """Remove what a failed run wrote before its first episode, when that is all it wrote, and the folders it made.
+
+    Only what this invocation made goes (`RunFolders` noted what existed before): a folder the user
+    made keeps everything it held, and the working directory and those above it always stay.
+    """
     written_first = re.compile(r"\.hydra|run(\.shard-\d+-of-\d+)?\.json")  # a shard's record too
-    if folder.is_dir() and all(written_first.fullmatch(p.name) for p in folder.iterdir()):
-        shutil.rmtree(folder)
-        if not any(folder.parent.iterdir()):  # e.g. ./runs, made for this run alone
-            folder.parent.rmdir()
+    existed = RunFolders.existed
+    folder = folder.resolve()
+    if existed is None or not folder.is_dir():
+        return
+    made = [p for p in folder.iterdir() if p not in existed]
+    if not all(written_first.fullmatch(p.name) for p in made):
+        return  # episodes were written: nothing is dropped
+    for path in made:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    kept = existed | {Path.cwd().resolve(), *Path.cwd().resolve().parents}
+    while folder not in kept and folder.is_dir() and not any(folder.iterdir()):  # e.g. ./runs, made for this run
+        folder.rmdir()
+        folder = folder.parent
 
 
 def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -843,14 +1106,14 @@ AUDIT_OPTIONS = ("suites", "set", "out")
 
 
 def judge_audit(args: list[str]) -> int:
-    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the full (or short) gold set, print and write JSON."""
+    """`ifgym judge-audit [KEY=VALUE ...]`: audit a judge on the short gold set (set=full: all), print, write JSON."""
     from omegaconf import OmegaConf
 
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
     from ifgym.rewards.audit import audit, format_report, resolve_modes
 
-    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "full"}
+    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "short"}
     overrides = []
     for item in args:
         key, eq, value = item.partition("=")
@@ -874,7 +1137,9 @@ def judge_audit(args: list[str]) -> int:
             suites = [s for s in suites if s not in skipped]
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
-    report = audit(make_client(judge_cfg["llm"], "judge"), suites=suites, modes=modes, short=options["set"] == "short")
+    report = audit(
+        make_client(judge_cfg["llm"], "judge", "judge.llm"), suites=suites, modes=modes, short=options["set"] == "short"
+    )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -890,6 +1155,8 @@ def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
     from ifgym.records import RECORD_FILE
 
     path = Path(arg).expanduser()
+    if not path.exists():
+        raise ConfigError(f"{arg}: no such run folder or episodes file")
     folder = path if path.is_dir() else path.parent
     summary_path = folder / "summary.json"
     if not summary_path.exists():
@@ -990,13 +1257,15 @@ def compare_runs(args: list[str]) -> int:
         print(f"\nwritten to {out}")
     plot = options.get("plot") or (str(Path(options["out"]).with_suffix(".png")) if options.get("out") else None)
     if plot:  # the two runs side by side, each metric with each run's own interval
-        from ifgym.report import SHOWN_METRICS, write_comparison_plot
+        from ifgym.report import SHOWN_METRICS, policy_label, shown_first, write_comparison_plot
 
-        summaries = {
-            f"{label}: {path.parent.name}": json.loads((path.parent / "summary.json").read_text(encoding="utf-8"))
-            for label, path in (("A", pa), ("B", pb))
-        }
-        metrics = [m for m in env_cls.headline_metrics if m in result["strict"]][:SHOWN_METRICS]
+        read = [json.loads((p.parent / "summary.json").read_text(encoding="utf-8")) for p in (pa, pb)]
+        names = [policy_label(s.get("run") or {}) for s in read]
+        if names[0] == names[1]:  # the same policy: the folders tell them apart
+            names = [f"{n} ({p.parent.name})" for n, p in zip(names, (pa, pb), strict=True)]
+        summaries = {f"{label}: {name}": s for label, name, s in zip("AB", names, read, strict=True)}
+        headline = [m for m in env_cls.headline_metrics if m in result["strict"]]
+        metrics = shown_first(headline, getattr(env_cls, "headline_metric", None))[:SHOWN_METRICS]
         title = f"{env_id}: A and B, {len(ea)} episodes"
         path = write_comparison_plot(summaries, metrics, Path(plot).expanduser(), title=title)
         print(f"plot: {path} (the paired differences B - A are in the table)")
@@ -1284,7 +1553,8 @@ def run_eval(args: Sequence[str]) -> int:
 
     Hydra's errors are raised (not printed and exited) so that they become one ConfigError naming
     the override at fault; in a sweep a failing job is reported and the others still run. Returns
-    the exit status: 0, or 1 when sweep jobs or episodes failed.
+    the exit status: 0, or 1 when sweep jobs or episodes failed; a single run stopped early or
+    interrupted raises (RunStoppedError, RunInterrupted) for `main` to give 3, 130 or 143.
     """
     return _hydra_app("eval", "config", _job, args)
 
@@ -1319,6 +1589,7 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         return out
 
     app = hydra.main(config_path="pkg://ifgym.conf", config_name=config_name, version_base="1.3")(task)
+    RunFolders.existed = None  # noted afresh by this invocation's Hydra callback
     # Hydra reads its arguments from sys.argv; HYDRA_FULL_ERROR makes it raise instead of printing a traceback
     raise_errors = mock.patch.dict(os.environ, {"HYDRA_FULL_ERROR": "1"})
     try:
@@ -1332,15 +1603,15 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
         raise failures[0]
     if failures:
         print(f"ifgym: error: {len(failures)} sweep job(s) failed: {'; '.join(failures)}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED_EPISODES
     if failed_episodes:
         print(
             f"ifgym: error: episodes failed ({'; '.join(failed_episodes)}); their errors are in the episodes file "
             "and summary.json; rerun the same command to retry them",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        return EXIT_FAILED_EPISODES
+    return EXIT_FINISHED
 
 
 def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, Any] | JobFailed:
@@ -1362,25 +1633,36 @@ def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict
         return JobFailed(str(exc))
 
 
+# exit statuses of the ifgym command (README "Run folders": endings)
+EXIT_FINISHED = 0  # every episode finished
+EXIT_FAILED_EPISODES = 1  # finished with failed episodes, or sweep jobs that failed
+EXIT_USAGE = 2  # a usage or configuration error: nothing ran
+EXIT_STOPPED = 3  # stopped early (max_failure_rate): summary.json says which seeds were never played
+EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report 128 + 2
+EXIT_TERMINATED = 143  # SIGTERM, as shells report 128 + 15
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point."""
-    from ifgym.errors import IfgymError
+    """Console entry point; returns the exit status (`EXIT_*`)."""
+    from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0
+    if argv[0] in ("-V", "--version"):
+        from ifgym import __version__
+
+        print(f"ifgym {__version__}")
+        return 0
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and ("-h" in rest or "--help" in rest):  # every command takes --help
+        print(command_help(command))
+        return 0
     try:
         if command == "eval":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help())
-                return 0
             return run_eval(rest)
         if command == "train":
-            if "-h" in rest or "--help" in rest:
-                print(usage() + "\nkeys:\n" + config_help("train"))
-                return 0
             return run_train(rest)
         if command == "export":
             return export_data(rest)
@@ -1394,6 +1676,14 @@ def main(argv: list[str] | None = None) -> int:
             return merge_runs(rest)
         if command == "rescore":
             return rescore_run(rest)
+        if command == "view":
+            from ifgym.view import view_command
+
+            return view_command(rest)
+        if command == "agreement":
+            from ifgym.view import agreement_command
+
+            return agreement_command(rest)
         from ifgym.errors import did_you_mean
 
         print(
@@ -1401,13 +1691,26 @@ def main(argv: list[str] | None = None) -> int:
             f"Commands: {', '.join(COMMANDS)} (see ifgym --help)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
+    except RunStoppedError as exc:  # its summary and record are written; the message says how to resume
+        print(f"ifgym: {exc}", file=sys.stderr)
+        return EXIT_STOPPED
     except IfgymError as exc:
         print(f"ifgym: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # one line, no traceback
+        if isinstance(exc, RunInterrupted):
+            print(f"ifgym: {exc}", file=sys.stderr)
+            return EXIT_TERMINATED if exc.signal_name == "SIGTERM" else EXIT_INTERRUPTED
+        print("ifgym: interrupted (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except SystemExit as exc:  # Hydra's --hydra-help and friends exit; a console entry point returns
         return exc.code if isinstance(exc.code, int) else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m ifgym.cli`: run the imported module's main, whose classes Hydra's callbacks instantiate
+    # (`ifgym.cli.RunFolders`), not this __main__ copy's
+    from ifgym.cli import main as imported_main
+
+    sys.exit(imported_main())

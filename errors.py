@@ -60,7 +60,50 @@ class AsyncWrapperError(ConfigError):
 
 
 class BackendError(IfgymError, RuntimeError):
-    """A model backend is missing, unreachable, or does not serve the requested model."""
+    """A model backend is missing, unreachable, or does not serve the requested model; subclasses name the cause.
+
+    `status` is the HTTP status the server answered (None when it answered none).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimitError(BackendError):
+    """The server answered 429 (too many requests or tokens for the key) on every attempt."""
+
+
+class ServerError(BackendError):
+    """The server answered a 5xx status (it failed, or is overloaded or restarting) on every attempt."""
+
+
+class BackendTimeoutError(BackendError):
+    """The server did not answer within the client's `timeout` (not sent again: the server may still be busy)."""
+
+
+class AuthenticationError(BackendError):
+    """The server refused the key (401 or 403)."""
+
+
+class UnreachableError(BackendError):
+    """No answer at all: the connection was refused, the host not found, or the connection closed before any byte."""
+
+
+class ConnectionDroppedError(BackendError):
+    """The server began to answer but closed or reset the connection before the answer was complete."""
+
+
+class NotFoundError(BackendError):
+    """The server answered 404: it does not serve the model, or base_url lacks the API prefix (usually /v1)."""
+
+
+class BadRequestError(BackendError):
+    """The server refused the request as malformed (400, 413 or 422); its message says which part."""
+
+
+class ContextLengthError(BadRequestError):
+    """The conversation (prompt plus `max_tokens`) is longer than the server's context window for the model."""
 
 
 class ReplyError(BackendError):
@@ -100,4 +143,15 @@ class EpisodeTimeoutError(IfgymError, TimeoutError):
 
 
 class RunStoppedError(IfgymError, RuntimeError):
-    """Too many episodes failed (over `max_failure_rate`): the run stopped; the message names the commonest error."""
+    """Too many of the episodes a run attempted failed (`max_failure_rate`): it stopped; names the commonest error."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM ended a run once its summary and record were written; the message says where.
+
+    A KeyboardInterrupt, so that it ends a whole sweep and no `except Exception` keeps it.
+    """
+
+    def __init__(self, message: str, signal_name: str = "SIGINT"):
+        super().__init__(message)
+        self.signal_name = signal_name

@@ -9,7 +9,8 @@ re-running the same command resumes into the same folder: `runs/<env>-<run_key>/
 `RunRecord` writes `run.json` into the run folder: the resolved config with secrets removed, the
 ifgym version and git revision (when ifgym runs from a checkout), each role's model and endpoint
 (host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the
-command line, the Hydra job (mode, job number, sweep folder) and the run's status.
+command line, the Hydra job (mode, job number, sweep folder), the writing process's id and the run's
+status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,9 +29,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 __all__ = [
+    "ENDINGS",
     "OPERATIONAL_LLM_KEYS",
     "RECORD_FILE",
     "RunRecord",
@@ -37,6 +40,7 @@ __all__ = [
     "endpoint_host",
     "git_revision",
     "machine",
+    "public_args",
     "public_config",
     "run_key",
     "scrub_hydra_files",
@@ -45,8 +49,10 @@ __all__ = [
 ]
 
 RECORD_FILE = "run.json"
+# how a run can end, as run.json's status and summary.json's `ending` say (`failed` is an error instead)
+ENDINGS = ("finished", "finished_with_failures", "stopped_early", "interrupted")
 # LLM settings that change how a run is carried out, not what its episodes are: a resumed run may change them.
-OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env")
+OPERATIONAL_LLM_KEYS = ("timeout", "max_retries", "concurrency", "n_threads", "api_key_env", "headers")
 # Top-level eval keys that do not define a run's episodes (how many, where, how they are reported).
 OPERATIONAL_KEYS = (
     "episodes",
@@ -115,19 +121,38 @@ def endpoint_host(url: str | None) -> str | None:
     if not url:
         return None
     parts = urlsplit(url)
-    return parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname else None
+    try:
+        port = parts.port
+    except ValueError:  # not a number: the host alone (the client reports the bad URL)
+        port = None
+    return parts.hostname + (f":{port}" if port else "") if parts.hostname else None
+
+
+# where a URL starts (`scheme://`): a text is cut before each, so one URL's parts never reach into the next
+_URL_START = re.compile(r"(?=\b[A-Za-z][A-Za-z0-9+.-]*://)")
 
 
 def _clean_url(value: str) -> str:
-    """A URL (or `key=URL`, as in an override) without user:password@ or ?query; other strings unchanged."""
-    key, sep, rest = value.partition("=")
-    if sep and not value.startswith(("http://", "https://")):
-        return f"{key}={_clean_url(rest)}"
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return value
-    netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    """A text with every URL in it cut of `user:password@`, and http(s) URLs of `?query` and `#fragment`.
+
+    Works on any text, not only a whole URL: an override (`key=URL`) or Hydra's comma-joined
+    overrides (`a=http://host:1,b=…`), which no URL parser reads. It never parses a port. A URL's
+    host part runs to its first `/`, `?` or `#`; everything in it up to its last `@` goes (as a
+    URL parser would read it, so a password with a raw `@` goes whole).
+    """
+    pieces = _URL_START.split(value)
+    return pieces[0] + "".join(_clean_piece(piece) for piece in pieces[1:])
+
+
+def _clean_piece(piece: str) -> str:
+    """One `scheme://…` piece of a text (no other URL in it): without credentials, and for http(s) a query."""
+    scheme, _, rest = piece.partition("://")
+    url, tail = re.match(r"(\S*)(.*)", rest, re.DOTALL).groups()  # type: ignore[union-attr]
+    host, path = re.match(r"([^/?#]*)(.*)", url, re.DOTALL).groups()  # type: ignore[union-attr]
+    host = host.rpartition("@")[2]
+    if scheme.lower() in ("http", "https"):
+        path = re.split(r"[?#]", path, maxsplit=1)[0]
+    return f"{scheme}://{host}{path}{tail}"
 
 
 def _secret(key: str) -> bool:
@@ -136,18 +161,49 @@ def _secret(key: str) -> bool:
     return any(key == s or key.endswith(f"_{s}") for s in SECRET_KEYS)
 
 
+HIDDEN = "<hidden>"  # what a header's value, or a secret override's, is shown as
+# `KEY=` of an override, alone or in Hydra's comma-joined list of them (`+policy.llm.headers.X-Key=…`)
+_OVERRIDE_KEY = re.compile(r"(?:^|,)\s*[+~]*([A-Za-z_][\w.\-/@]*)=")
+
+
+def _clean_overrides(text: str) -> str:
+    """`text` with the value of an override of a secret-looking key, or of an HTTP header, hidden (to its end).
+
+    In Hydra's comma-joined overrides (`hydra.job.override_dirname`) what follows such a value goes too:
+    where it ends cannot be told for sure, and nothing of the secret may stay.
+    """
+    for match in _OVERRIDE_KEY.finditer(text):
+        parts = match[1].lower().split(".")
+        if _secret(parts[-1]) or "headers" in parts:
+            return text[: match.end()] + HIDDEN
+    return text
+
+
 def public_config(config: Any) -> Any:
     """The config as it may be shown and stored: secret-looking keys dropped, credentials cut from URLs.
 
     API keys never live in the config (they come from environment variables); this is a second guard.
+    HTTP headers (`headers`, which may carry a gateway's key) keep their names, their values hidden;
+    an override (`key=value`) of a secret-looking key or a header has its value hidden.
     """
     if isinstance(config, Mapping):
-        return {k: public_config(v) for k, v in config.items() if not _secret(str(k))}
+        return {
+            k: _hidden_headers(v) if str(k).lower() == "headers" else public_config(v)
+            for k, v in config.items()
+            if not _secret(str(k))
+        }
     if isinstance(config, list | tuple):
         return [public_config(v) for v in config]
     if isinstance(config, str):
-        return _clean_url(config)
+        return _clean_url(_clean_overrides(config))
     return config
+
+
+def _hidden_headers(headers: Any) -> Any:
+    """Header names kept, values hidden (`{"X-Key": "<hidden>"}`); anything but a mapping is hidden whole."""
+    if isinstance(headers, Mapping):
+        return {name: HIDDEN for name in headers}
+    return HIDDEN if headers else headers
 
 
 def scrub_hydra_files(folder: str | Path) -> None:
@@ -166,9 +222,14 @@ def scrub_hydra_files(folder: str | Path) -> None:
             path.write_text(yaml.safe_dump(clean, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
+def public_args(argv: Sequence[str]) -> list[str]:
+    """Command-line arguments with credentials cut from any URL in them, and secret or header overrides hidden."""
+    return [_clean_url(_clean_overrides(arg)) for arg in argv]
+
+
 def public_command(argv: Sequence[str]) -> str:
-    """The command line as a shell string, with credentials cut from any URL in it."""
-    return shlex.join(_clean_url(arg) for arg in argv)
+    """The command line as a shell string, as `public_args` shows it."""
+    return shlex.join(public_args(argv))
 
 
 @functools.cache
@@ -266,6 +327,7 @@ class RunRecord:
         self.data: dict[str, Any] = {
             "run_key": key,
             "status": "running",
+            "pid": os.getpid(),
             "started": _now(),
             "finished": None,
             "ifgym_version": __version__,
@@ -283,9 +345,25 @@ class RunRecord:
         self.data["models"] = models(clients)
         self.write()
 
-    def finish(self, **facts: Any) -> None:
-        """Mark the run finished, with `facts` (e.g. episodes=…), and write the file."""
-        self.data.update(status="finished", finished=_now(), error=None, **facts)
+    def stale_run(self) -> dict[str, Any] | None:
+        """The pid and start of the run the existing file says is `running`, or None.
+
+        Asked once this process holds the episodes file's writer lock: that run's process is gone
+        (killed, e.g. by kill -9), since a live one would still hold the lock.
+        """
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(old, dict) or old.get("status") != "running":
+            return None
+        return {"pid": old.get("pid"), "started": old.get("started")}
+
+    def finish(self, status: str = "finished", **facts: Any) -> None:
+        """Mark how the run ended (a status of `ENDINGS`), with `facts` (e.g. episodes=…), and write the file."""
+        if status not in ENDINGS:
+            raise ValueError(f"unknown run ending {status!r}; one of {', '.join(ENDINGS)}")
+        self.data.update(status=status, finished=_now(), error=None, **facts)
         self.write()
 
     def fail(self, error: BaseException) -> None:

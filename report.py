@@ -11,11 +11,28 @@ from typing import Any
 
 from ifgym.core import Episode
 
+COUNTS = ("episodes", "turns", "items", "failed_turns", "undetermined_turns", "unknown")  # whole numbers
 
-def _fmt(value: Any) -> str:
+
+def _fmt(value: Any, name: str = "") -> str:
     if isinstance(value, float):
-        return "n/a" if math.isnan(value) else f"{value:.3f}"
+        if math.isnan(value):
+            return "n/a"
+        return f"{value:.0f}" if name in COUNTS and value.is_integer() else f"{value:.3f}"
     return str(value)
+
+
+def count(n: Any, noun: str) -> str:
+    """'1 episode', '3 episodes' ('?' stays plural)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def wrap_title(text: str, fig: Any, fontsize: float = 10) -> str:
+    """`text` broken into lines that fit the figure's width (a long run title is never clipped)."""
+    import textwrap
+
+    width = max(20, int(fig.get_figwidth() * 72 / (fontsize * 0.6)))  # about 0.6 em per character
+    return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
 
 
 def _interval(ci: dict[str, Any], name: str) -> str:
@@ -51,14 +68,26 @@ def _model(run: dict[str, Any], role: str) -> str | None:
     return f"{info.get('model')} ({where})" if where else str(info.get("model"))
 
 
+PLAIN_POLICIES = ("chat", "scripted")  # kinds named by their model alone; a wrapper (graphif, …) is named too
+
+
+def policy_label(run: dict[str, Any]) -> str:
+    """The policy of a run's summary in a few words: its model, and the wrapper or in-process kind around it."""
+    kind = str(run.get("policy", "scripted"))
+    model = _model(run, "policy") or run.get("policy_model")
+    if model is None:
+        return kind
+    return str(model) if kind in PLAIN_POLICIES else f"{kind} over {model}"
+
+
 def run_title(summary: dict[str, Any]) -> str:
     """What was measured, in one line: env, policy model, judge, protocol, episodes and date (from `summary["run"]`)."""
     run = summary.get("run") or {}
     parts = [str(run.get("env", "?"))]
-    parts.append(f"policy {_model(run, 'policy') or run.get('policy', 'scripted')}")
+    parts.append(f"policy {policy_label(run)}")
     judge = run.get("judge", "rules")
     parts.append(f"judge {_model(run, 'judge') or judge}" if judge != "rules" else "judge rules")
-    parts.append(f"{summary.get('episodes', '?')} episodes")
+    parts.append(count(summary.get("episodes", "?"), "episode"))
     if run.get("started"):
         parts.append(str(run["started"])[:10])
     return " · ".join(parts)
@@ -73,8 +102,15 @@ def results_table(summary: dict[str, Any]) -> str:
     strict, loose = summary["strict"], summary["loose"]
     ci = summary.get("ci") or {}
     ci_strict, ci_loose = ci.get("strict", {}), ci.get("loose", {})
+    headline = summary.get("headline_metric")
     rows = [
-        (name, _fmt(strict[name]), _interval(ci_strict, name), _fmt(loose.get(name, "")), _interval(ci_loose, name))
+        (
+            f"{name} *" if name == headline else name,
+            _fmt(strict[name], name),
+            _interval(ci_strict, name),
+            _fmt(loose.get(name, ""), name),
+            _interval(ci_loose, name),
+        )
         for name in strict
     ]
     width = max(len(r[0]) for r in rows) if rows else 6
@@ -96,6 +132,7 @@ def results_table(summary: dict[str, Any]) -> str:
     for row in rows:
         cells = [f"{row[i]:>{w}}" for (_, i), w in zip(columns, widths, strict=True)]
         lines.append("  ".join([f"{row[0]:<{width}}", *cells]).rstrip())
+    lines += definition_lines(summary)
     if summary.get("checker_semantics") == "evolif":
         lines.append("checker semantics: evolif (the verdicts of EvolIF's released evaluator, one reading)")
     if summary.get("user_stats"):
@@ -103,19 +140,82 @@ def results_table(summary: dict[str, Any]) -> str:
     if summary.get("failures", {}).get("episodes"):
         lines.append(failure_line(summary["failures"]))
     for role, usage in summary.get("usage", {}).items():
-        extra = [f"{usage[k]} {k}" for k in ("retries", "cleaned", "truncated", "cache_hits") if usage.get(k)]
+        extra = [
+            f"{usage[k]} {k}"
+            for k in ("retries", "cleaned", "truncated", "max_tokens_stops", "cache_hits")
+            if usage.get(k)
+        ]
         lines.append(
             f"usage[{role}]: {usage['calls']} calls, {usage['prompt_tokens']} prompt + "
             f"{usage['completion_tokens']} completion tokens" + (f" ({', '.join(extra)})" if extra else "")
         )
+    lines += max_tokens_warnings(summary.get("usage", {}))
     return "\n".join(lines)
 
 
+MAX_TOKENS_WARN_SHARE = 0.1  # a role's replies cut at max_tokens, from this share of its calls on, get a warning
+
+
+def max_tokens_warnings(usage: dict[str, dict[str, int]]) -> list[str]:
+    """A warning line per role whose replies often stopped at `max_tokens` (finish_reason "length": cut mid-answer)."""
+    lines = []
+    for role, counts in usage.items():
+        stops, calls = counts.get("max_tokens_stops", 0), counts.get("calls", 0)
+        if calls and stops / calls >= MAX_TOKENS_WARN_SHARE:
+            lines.append(
+                f"warning: {stops} of {calls} {role} replies ({stops / calls:.0%}) stopped at max_tokens "
+                f"(finish_reason 'length'), cut mid-answer; raise the {role} model's max_tokens"
+            )
+    return lines
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def definition_lines(summary: dict[str, Any]) -> list[str]:
+    """Under the results table: what `*` marks, each shown metric's one-line definition, and why a value is n/a."""
+    definitions = summary.get("definitions") or {}
+    headline = summary.get("headline_metric")
+    lines = [f"* headline metric: {headline}"] if headline in summary["strict"] else []
+    shown = [name for name in summary["strict"] if name in definitions]
+    if summary.get("loose") and "loose" in definitions:
+        shown.append("loose")
+    lines += [f"  {name}: {definitions[name]}" for name in shown]
+    missing = [name for name in shown if name != "loose" and _missing(summary["strict"].get(name))]
+    if missing:
+        lines.append(f"n/a: {', '.join(missing)} had nothing to measure in this run (see the definitions above)")
+    return lines
+
+
+# Error types named in the results table (the rest are counted), and the length an example is cut to there.
+TOP_FAILURE_TYPES = 3
+EXAMPLE_CHARS = 200
+
+
 def failure_line(failures: dict[str, Any]) -> str:
-    """One line on failed episodes for the results table, e.g. 'failed episodes: 2 of 40 (BackendError 2)'."""
-    kinds = ", ".join(f"{t} {n}" for t, n in failures["by_type"].items())
+    """Failed episodes for the results table: counts by type and HTTP status, then an example of each top type.
+
+    E.g. 'failed episodes: 5 of 40 (RateLimitError 3, ServerError 2; HTTP 429 3, 503 2); rerun …' and
+    an indented line per type. Reads summaries written before `by_status` (one example string per type) too.
+    """
+    by_type = list(failures["by_type"].items())
+    kinds = ", ".join(f"{t} {n}" for t, n in by_type[:TOP_FAILURE_TYPES])
+    if len(by_type) > TOP_FAILURE_TYPES:
+        kinds += f", other {sum(n for _, n in by_type[TOP_FAILURE_TYPES:])}"
+    statuses = ", ".join(f"{s} {n}" for s, n in failures.get("by_status", {}).items())
     count = f"{failures['episodes']} of {failures['of']}"
-    return f"failed episodes: {count} ({kinds}); rerun into the same output to retry them"
+    lines = [
+        f"failed episodes: {count} ({kinds}{'; HTTP ' + statuses if statuses else ''}); rerun into the same "
+        "output to retry them"
+    ]
+    for kind, _ in by_type[:TOP_FAILURE_TYPES]:
+        example = failures.get("examples", {}).get(kind)
+        example = example[0] if isinstance(example, list) and example else example
+        if example:
+            cut = example if len(example) <= EXAMPLE_CHARS else example[:EXAMPLE_CHARS] + " …"
+            lines.append(f"  {kind}: {cut}")
+    return "\n".join(lines)
 
 
 def _add(total: dict[str, Any], counts: dict[str, Any]) -> None:
@@ -245,7 +345,7 @@ def chart_data(tally: RunTally, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _subtitle(summary: dict[str, Any]) -> str:
-    return run_title(summary) if summary.get("run") else f"{summary.get('episodes', '?')} episodes"
+    return run_title(summary) if summary.get("run") else count(summary.get("episodes", "?"), "episode")
 
 
 def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
@@ -261,7 +361,7 @@ def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
     ax.step(turns, shares, where="post")
     ax.set(xlabel="turn", ylabel="share of dialogues still going", ylim=(0, 1.05), xlim=(0, max(turns) + 0.5))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
-    ax.set_title(f"Survival\n{subtitle}", fontsize=10)
+    ax.set_title(wrap_title(f"Survival\n{subtitle}", fig), fontsize=10)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
@@ -297,7 +397,7 @@ def group_figure(
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
     ax.set(ylabel="pass rate", ylim=(-0.03, 1.12))  # below 0 so that a bar at 0 shows as a line
     ax.axhline(0, color="grey", linewidth=0.5)
-    ax.set_title(f"Pass rate per {what}\n{subtitle}", fontsize=10)
+    ax.set_title(wrap_title(f"Pass rate per {what}\n{subtitle}", fig), fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # outside: never over a bar's label
     fig.tight_layout()
     return fig
@@ -329,10 +429,21 @@ def write_plots(tally: RunTally, summary: dict[str, Any], folder: Path) -> dict[
 
 
 def _headline(summary: dict[str, Any]) -> list[str]:
-    """A summary's headline metrics: as the env names them (`headline`), else every top-level number."""
+    """A summary's headline metrics: as the env names them (`headline`), else every top-level number.
+
+    The env's headline metric (`headline_metric`, e.g. EvolIF's REC) comes first, so that tables and
+    plots that show only the first few (`SHOWN_METRICS`) always show it.
+    """
     if summary.get("headline"):
-        return [n for n in summary["headline"] if n in summary["strict"]]
-    return [n for n, v in summary["strict"].items() if "/" not in n and isinstance(v, int | float)]
+        names = [n for n in summary["headline"] if n in summary["strict"]]
+    else:
+        names = [n for n, v in summary["strict"].items() if "/" not in n and isinstance(v, int | float)]
+    return shown_first(names, summary.get("headline_metric"))
+
+
+def shown_first(names: Sequence[str], headline_metric: str | None) -> list[str]:
+    """`names` with `headline_metric` moved to the front (when it is one of them)."""
+    return [headline_metric, *(n for n in names if n != headline_metric)] if headline_metric in names else list(names)
 
 
 def _varying(overrides: Sequence[Sequence[str]]) -> list[str]:
@@ -461,6 +572,6 @@ def comparison_figure(
         ax.grid(alpha=0.3, axis="y")
     levels = {(s.get("ci_settings") or {}).get("level") for s in summaries.values()} - {None}
     bars = f"bars: {levels.pop():.0%} bootstrap intervals" if len(levels) == 1 else "no intervals"
-    fig.suptitle(f"{title} ({mode}; {bars})", fontsize=10)
+    fig.suptitle(wrap_title(f"{title} ({mode}; {bars})", fig), fontsize=10)
     fig.tight_layout()
     return fig

@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import netrc
 import os
+import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import BackendError, UnknownNameError
-from ifgym.records import public_config
+from ifgym.records import public_args, public_config
 
 MODES = ("online", "offline", "disabled")
 # W&B's own spellings of its modes (WANDB_MODE=dryrun is offline)
@@ -124,7 +126,7 @@ def item_names(turn: TurnRecord) -> list[str]:
 
 
 def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The run's figures as W&B summary keys: metrics with intervals, episodes, usage per role, policy cost."""
+    """The run's figures as W&B summary keys: metrics with intervals, episodes, usage, policy cost, failures."""
     out: dict[str, Any] = {"episodes": summary.get("episodes")}
     for mode in ("strict", "loose"):
         out.update(_flat(mode, summary.get(mode, {})))
@@ -135,6 +137,8 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
         out.update(_flat(f"usage/{role}", usage))
     out.update(_flat("policy_cost", summary.get("policy_cost") or {}))
     out.update(_flat("user_stats", summary.get("user_stats") or {}))
+    failures = summary.get("failures") or {}  # failed episodes: how many, by error type and by HTTP status
+    out.update(_flat("failures", {k: failures[k] for k in ("episodes", "by_type", "by_status") if k in failures}))
     judge = summary.get("judge") or {}  # which judge scored the run, in which mode, and its audit's numbers
     for key in ("kind", "model", "mode", "trust", "trusted_below_floor"):
         if key in judge:
@@ -142,7 +146,62 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in (judge.get("audit") or {}).items():
         if value is None or isinstance(value, bool | int | float | str):
             out[f"judge/audit/{key}"] = value
+    out.update(agreement_summary(summary.get("agreement") or {}))  # the judge against this run's human labels
     return out
+
+
+def agreement_summary(result: Mapping[str, Any]) -> dict[str, Any]:
+    """`ifgym agreement`'s result as W&B summary keys: `agreement/<group>/<figure>`, its `…/ci_low` and `…/ci_high`."""
+    out: dict[str, Any] = {}
+    for group, row in result.get("groups", {}).items():
+        for figure, value in row.items():
+            if figure != "ci" and value is not None:
+                out[f"agreement/{group}/{figure}"] = value
+        for figure, bounds in row.get("ci", {}).items():
+            if bounds:
+                out[f"agreement/{group}/{figure}/ci_low"], out[f"agreement/{group}/{figure}/ci_high"] = bounds
+    return out
+
+
+def wandb_run_id(folder: Path) -> str | None:
+    """The id of the W&B run `ifgym eval logger=wandb` wrote into a run folder (its latest), or None."""
+    runs = sorted(p.name for p in (folder / "wandb").glob("*run-*") if p.is_dir())
+    ids = [m.group(1) for m in (re.fullmatch(r"(?:offline-)?run-\d{8}_\d{6}-(\w+)", name) for name in runs) if m]
+    return ids[-1] if ids else None
+
+
+def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
+    """Add `ifgym agreement`'s result to the summary of the run's W&B run (resumed by id); the W&B mode used.
+
+    None when the folder holds no W&B run, or W&B is disabled (WANDB_MODE, or the run's logger.mode).
+    The settings are the run's (its `run.json` config's logger) as `resolve_settings` reads them.
+    """
+    import json
+
+    from ifgym.records import RECORD_FILE
+
+    run_id = wandb_run_id(folder)
+    if run_id is None:
+        return None
+    record = folder / RECORD_FILE
+    config = json.loads(record.read_text(encoding="utf-8")).get("config", {}) if record.exists() else {}
+    settings = resolve_settings(config.get("logger") or {}, run_dir=folder, name=folder.name)
+    if settings["mode"] == "disabled":
+        return None
+    import wandb
+
+    run = wandb.init(
+        id=run_id,
+        resume="allow",
+        project=settings["project"],
+        entity=settings["entity"],
+        mode=settings["mode"],
+        dir=settings["dir"],
+        reinit="finish_previous",
+    )
+    run.summary.update(agreement_summary(result))
+    run.finish()
+    return settings["mode"]
 
 
 class WandbLogger:
@@ -164,18 +223,24 @@ class WandbLogger:
         self._wandb = wandb
         self.settings = dict(settings)
         Path(self.settings["dir"]).mkdir(parents=True, exist_ok=True)
-        self.run = wandb.init(
-            project=self.settings["project"],
-            entity=self.settings["entity"],
-            name=self.settings["name"],
-            group=self.settings["group"],
-            tags=self.settings["tags"],
-            mode=self.settings["mode"],
-            dir=self.settings["dir"],
-            job_type="eval",
-            config=public_config(dict(config)) | {"run_key": run_key},
-            reinit="finish_previous",
-        )
+        # W&B records the program's arguments (`sys.argv`) in the run's metadata, which `wandb sync` uploads:
+        # it reads them while the run starts, so they are shown to it as run.json shows them
+        argv, sys.argv = sys.argv, public_args(sys.argv)
+        try:
+            self.run = wandb.init(
+                project=self.settings["project"],
+                entity=self.settings["entity"],
+                name=self.settings["name"],
+                group=self.settings["group"],
+                tags=self.settings["tags"],
+                mode=self.settings["mode"],
+                dir=self.settings["dir"],
+                job_type="eval",
+                config=public_config(dict(config)) | {"run_key": run_key},
+                reinit="finish_previous",
+            )
+        finally:
+            sys.argv = argv
         # the run summary is the run's metrics (set in finish), never the last episode's values
         self.run.define_metric("episode/*", summary="none")
         self._summarize = summarize

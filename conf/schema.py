@@ -27,8 +27,8 @@ class LLMConf:
     top_p: float | None = _help("nucleus sampling; null = server default", None)
     max_tokens: int = _help("longest completion", 512)
     seed: int | None = _help("sampling seed forwarded to the server", None)
-    timeout: float = _help("seconds per request", 60.0)
-    max_retries: int = _help("retries on 408/409/429/5xx (retry-after honoured); counted in usage", 4)
+    timeout: float = _help("seconds per request (a timed-out request is not sent again)", 60.0)
+    max_retries: int = _help("retries on 408/409/429/5xx and dropped connections (retry-after honoured); counted", 4)
     concurrency: int | None = _help("requests in flight for this role; null = the run's `concurrency`", None)
     max_reply_chars: int = _help("longest reply kept, in characters", 100_000)
     long_reply: str = _help(
@@ -37,6 +37,9 @@ class LLMConf:
     embedded_model: str = _help("qwen2.5-coder-1.5b | smollm2-135m | path to a .gguf", "qwen2.5-coder-1.5b")
     n_ctx: int = _help("embedded model context length", 8192)
     n_threads: int | None = _help("embedded model threads; null = all cores", None)
+    headers: dict[str, str] = _help(
+        "HTTP headers sent with every request, e.g. a gateway's key; records show names only", default_factory=dict
+    )
 
 
 @dataclass
@@ -172,7 +175,11 @@ class EvalConf:
     ci_level: float = _help("central share of the bootstrap draws an interval covers", 0.95)
     progress: bool = _help("show a progress bar", True)
     retry_failed: bool = _help("rerunning into an output file runs its failed episodes again", True)
-    max_failure_rate: float = _help("stop the run once more than this share of its episodes has failed", 0.2)
+    max_failure_rate: float = _help(
+        "stop the run once more than this share of the episodes it attempted has failed (judged after 20, or "
+        "sooner when its failures exceed this share of all it plays; failures in the file count once retried)",
+        0.2,
+    )
     episode_timeout: float | None = _help("seconds an episode may run before it counts as failed (null: none)", 3600.0)
     cache: str | None = _help(
         "folder of a cache of model calls (policy, user, judge): a call made before is answered from it, counted "

@@ -17,7 +17,9 @@ import numpy as np
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
+from ifgym.rewards.evolif_metrics import DEFINITIONS as METRICS_DEFINITIONS
 from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
+from ifgym.rewards.evolif_metrics import HEADLINE_METRIC
 from ifgym.rewards.evolif_metrics import episode_row as evolif_episode_row
 from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
 from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
@@ -38,6 +40,8 @@ class ChatEnv(gym.Env[list, str]):
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     env_name = "ifgym/Chat"
     headline_metrics: tuple[str, ...] = METRICS_HEADLINE  # keys of `summarize` that get bootstrap intervals
+    headline_metric: str = HEADLINE_METRIC  # the one a run is read by first (marked in tables, first in sweeps)
+    metric_definitions: dict[str, str] = METRICS_DEFINITIONS  # one line per metric, under the results table
     user_sees_verdicts = True
 
     def __init_subclass__(cls, **kwargs: Any):

@@ -12,7 +12,7 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
-from ifgym.rewards.composite import HEADLINE
+from ifgym.rewards.composite import DEFINITIONS, HEADLINE, HEADLINE_METRIC
 from ifgym.rewards.composite import episode_row as composite_episode_row
 from ifgym.rewards.composite import summarize as composite_summarize
 from ifgym.rewards.composite import summarize_rows as composite_summarize_rows
@@ -107,6 +107,8 @@ class CompositeEnv(ChatEnv):
     env_name = "ifgym/Composite-v0"
     judge_suite = "structflow"  # the judge audit's suite for the checklist judge
     headline_metrics = HEADLINE
+    headline_metric = HEADLINE_METRIC
+    metric_definitions = DEFINITIONS
 
     def __init__(
         self,

@@ -27,7 +27,9 @@ from ifgym.rewards.flexbench import (
     load_dimensions,
     write_report,
 )
+from ifgym.rewards.flexbench import DEFINITIONS as FLEX_DEFINITIONS
 from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
+from ifgym.rewards.flexbench import HEADLINE_METRIC as FLEX_HEADLINE_METRIC
 from ifgym.rewards.flexbench import episode_row as flex_episode_row
 from ifgym.rewards.flexbench import summarize as flex_summarize
 from ifgym.rewards.flexbench import summarize_rows as flex_summarize_rows
@@ -287,6 +289,8 @@ class FlexBenchEnv(ChatEnv):
     # --- metrics and rendering ------------------------------------------------------------------
     loose_metrics = False  # dimension verdicts have no loose variant: `ifgym eval` prints strict only
     headline_metrics = FLEX_HEADLINE
+    headline_metric = FLEX_HEADLINE_METRIC
+    metric_definitions = FLEX_DEFINITIONS
 
     summarize = staticmethod(flex_summarize)  # Coverage, Achievement, Compliance (n/a = NaN), score, per dimension
     episode_row = staticmethod(flex_episode_row)

@@ -6,13 +6,27 @@ and failed episodes stream back to the driver as they end, and the driver writes
 (the same `Recorder` as the local executor: resume, retries, failure counts, progress bar). A worker
 that dies (killed, out of memory, a crash) loses only its episodes in flight: the driver redoes
 every seed of its share it has not received on a new worker, and a seed delivered twice is written
-once. `ray` is imported only here, when `executor=ray` is chosen.
+once; `worker_deaths` counts the workers that died. `ray` is imported only here, when `executor=ray`
+is chosen.
+
+A local Ray instance the run starts (no `address`, Ray not yet initialized) is the run's own: its
+temp folder is a fresh `ifgym-ray-*` folder in the system's temp folder (its logs stay there), its
+start-up time is printed, and it is shut down when the run ends, however it ends (finished, an
+error, Ctrl-C, SIGTERM), every process of it included (Ray's agents would otherwise outlive the run
+by up to a minute). Only a kill -9 of the driver leaves it running: its processes carry the folder's
+name in their command lines (`pkill -f ifgym-ray-<id>` ends them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import sys
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,15 +52,53 @@ def _import_ray() -> Any:
     return ray
 
 
-def start_ray(num_workers: int, address: str | None = None) -> Any:
-    """Connect to the cluster at `address`, or start a local Ray instance with `num_workers` CPUs; returns `ray`."""
+def start_ray(num_workers: int, address: str | None = None, temp_dir: str | None = None) -> Any:
+    """Connect to the cluster at `address`, or start a local Ray instance with `num_workers` CPUs; returns `ray`.
+
+    `temp_dir`: the local instance's folder for sessions, sockets and logs (Ray's default otherwise).
+    A SIGTERM handler set before (ifgym's, or the caller's) stays: Ray's own replaces only the default.
+    """
     ray = _import_ray()
     if not ray.is_initialized():
         options: dict[str, Any] = {"logging_level": "WARNING", "log_to_driver": False}
         if address is None:
             options |= {"num_cpus": num_workers, "include_dashboard": False}
+            if temp_dir is not None:
+                options["_temp_dir"] = temp_dir
+        handler = signal.getsignal(signal.SIGTERM)
         ray.init(address=address, **options)
+        if callable(handler) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
     return ray
+
+
+def _processes_under(folder: str) -> list[int]:
+    """Ids of the processes whose command line names `folder` (a local Ray instance's); [] without /proc."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if folder.encode() in command and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def stop_local_ray(ray: Any, temp_dir: str, timeout: float = 10.0) -> None:
+    """Shut down the local Ray instance started in `temp_dir`, then end what is left of it (Ray's agents)."""
+    with contextlib.suppress(Exception):  # a half-started instance: what remains is ended below
+        ray.shutdown()
+    deadline = time.monotonic() + timeout
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _processes_under(temp_dir):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        while _processes_under(temp_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _processes_under(temp_dir):
+            return
+        deadline = time.monotonic() + timeout
 
 
 class _Worker:
@@ -116,12 +168,22 @@ async def arun_ray(
         progress=progress,
         on_episode=on_episode,
     )
-    deaths: dict[int, int] = {}
+    deaths: dict[int, int] = {}  # per seed: how many of its workers died
+    workers_died = 0
     todo = list(recorder.todo)
     actors: list[Any] = []
-    ray: Any = None
+    ray: Any = _import_ray()
+    # a local instance started here is the run's own, in a folder of its own, shut down with the run
+    local_dir = tempfile.mkdtemp(prefix="ifgym-ray-") if address is None and not ray.is_initialized() else None
     try:
-        ray = await asyncio.to_thread(start_ray, num_workers, address)  # ray.init blocks for seconds
+        started = time.monotonic()
+        # in this (the main) thread: Ray sets its SIGTERM handler there, and warns from any other thread
+        start_ray(num_workers, address, local_dir)
+        if local_dir is not None:
+            where = f"a local instance with {num_workers} CPUs (its logs: {local_dir})"
+        else:
+            where = f"the cluster at {address}" if address else "the Ray instance this process had started"
+        print(f"Ray: {where}, ready in {time.monotonic() - started:.1f} s", file=sys.stderr)
         cpus = ray.cluster_resources().get("CPU", 0)
         if cpus < num_workers:  # the extra workers would wait for a CPU forever, silently
             raise ConfigError(
@@ -140,6 +202,7 @@ async def arun_ray(
                 ray.kill(actor)  # an actor holds its CPU until killed
             todo = []
             for share_lost, error in lost:
+                workers_died += bool(error)
                 for seed in share_lost:
                     deaths[seed] = deaths.get(seed, 0) + 1
                     if deaths[seed] < MAX_WORKER_DEATHS_PER_SEED:
@@ -147,16 +210,24 @@ async def arun_ray(
                     else:
                         recorder.record(_worker_died(seed, run_key, deaths[seed], error))
     finally:
-        for actor in actors:
-            ray.kill(actor)
-        recorder.close()
+        try:
+            if local_dir is not None:
+                stop_local_ray(ray, local_dir)
+            else:
+                for actor in actors:
+                    ray.kill(actor)
+        finally:
+            recorder.close()
     result = recorder.result()
-    result.worker_deaths = sum(deaths.values())
+    result.worker_deaths = workers_died
     return result
 
 
 async def _consume(ray: Any, actor: Any, share: list[int], recorder: Recorder) -> tuple[list[int], str]:
-    """Record the share's episodes as they stream in; returns the seeds lost to the worker's death, and why."""
+    """Record the share's episodes as they stream in; returns the seeds lost to the worker's death, and why.
+
+    The reason is "" when the worker did not die.
+    """
     delivered: set[int] = set()
     stream = actor.play.options(num_returns="streaming").remote(share)
     try:

@@ -12,8 +12,10 @@ An episode that raises (a model error after its retries, a bad reply, a bug in a
 deadline passed) does not take the run down: it is written as a failed-episode line
 (`"failed": true`, the error's type and message, the turns it reached) and the run goes on. A rerun
 into the same file retries failed seeds (`retry_failed`); a seed's last line is its record, so
-nothing is counted twice. A run stops early once more than `max_failure_rate` of its episodes
-have failed (`RunStoppedError`, naming the commonest error).
+nothing is counted twice. A run stops early once more than `max_failure_rate` of the episodes it
+has attempted have failed (after `STOP_MIN_ATTEMPTS` of them, or sooner when its failures already
+exceed that share of all it has to play): `RunStoppedError`, naming the commonest error. Failures
+already in the file count for nothing until they are retried, so a healthy rerun finishes them all.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import traceback
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -101,13 +104,14 @@ class FailedEpisode:
     """An episode that raised instead of finishing: one JSONL line with `"failed": true`.
 
     `turns` is the number of turns it completed, `error` its exception's type, message (secrets
-    redacted, cut at 2,000 characters) and the innermost frame it was raised at.
+    redacted, cut at 2,000 characters), the innermost frame it was raised at, and the HTTP status
+    a model server answered (`status`, only when there was one).
     """
 
     episode_id: str
     env_id: str
     seed: int | None
-    error: dict[str, str]
+    error: dict[str, Any]
     turns: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -122,11 +126,15 @@ class FailedEpisode:
         message = redact(str(exc) or repr(exc))
         if len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS] + f" … [{len(message) - MESSAGE_CHARS} more characters]"
+        error: dict[str, Any] = {"type": type(exc).__name__, "message": message, "at": where}
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            error["status"] = status
         return cls(
             episode_id="",
             env_id=getattr(getattr(base, "spec", None), "id", None) or type(base).__name__,
             seed=seed,
-            error={"type": type(exc).__name__, "message": message, "at": where},
+            error=error,
             turns=len(episode.turns) if episode is not None else 0,
             meta={"policy_usage": _policy_usage(policy)} if policy is not None else {},
         )
@@ -314,8 +322,67 @@ def usage_totals(path: str | Path, run_key: str) -> dict[str, dict[str, int]]:
     return totals
 
 
+@dataclass
+class _Claim:
+    """An output file's writer lock held by `claim_output`, lent to one user (a log, a combine) at a time."""
+
+    handle: Any
+    in_use: bool = False
+
+
+class _Lent:
+    """A claimed lock lent out by `_lock`: closing it gives it back to the claim, which keeps holding it."""
+
+    def __init__(self, claim: _Claim):
+        self._claim = claim
+        claim.in_use = True
+        self.closed = False
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._claim.in_use = False
+
+
+_claims: dict[Path, _Claim] = {}  # output files this process has claimed (`claim_output`), by resolved path
+
+
+@contextmanager
+def claim_output(path: str | Path) -> Iterator[Path]:
+    """Hold `path`'s writer lock for the block; refuse (ConfigError naming the holder) when another writer has it.
+
+    A caller that writes records beside the episodes file (the CLI's `run.json` and `summary.json`)
+    claims it first, so a refused second writer touches none of them; a run (`arun`, `EpisodeLog`,
+    `shards.combine`) inside the block uses the claim. When nothing was written to `path`, the lock
+    file is removed again.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = _flock(path)  # never lent: a second claim, even in this process, is refused
+    key = path.resolve()
+    _claims[key] = _Claim(handle)
+    try:
+        yield path
+    finally:
+        del _claims[key]
+        if not path.exists():  # nothing played: leave no lock file behind (removed while still held)
+            path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+        handle.close()
+
+
 def _lock(path: Path) -> Any:
-    """Hold an exclusive lock on `path`'s lock file for this writer; refuse when another process holds it."""
+    """Hold an exclusive lock on `path`'s lock file for this writer; refuse when another process holds it.
+
+    A path this process claimed (`claim_output`) is lent from the claim, to one user at a time.
+    """
+    claim = _claims.get(Path(path).resolve())
+    if claim is not None and not claim.in_use:
+        return _Lent(claim)
+    return _flock(path)
+
+
+def _flock(path: Path) -> Any:
+    """The lock file's handle, flock-ed for this writer alone; ConfigError naming the holder when it is taken."""
     import fcntl
 
     lock_path = path.with_name(f".{path.name}.lock")
@@ -433,20 +500,32 @@ class RunResult:
 
     @property
     def failures(self) -> dict[str, Any]:
-        """Failed episodes counted by error type, with one example message per type (the summary's `failures`)."""
+        """Failed episodes counted by error type and HTTP status, with example messages (the summary's `failures`)."""
         return failure_summary(self.failed, len(self.episodes) + len(self.failed))
 
 
+# Distinct example messages kept per error type in a run's failure summary.
+EXAMPLES_PER_TYPE = 3
+
+
 def failure_summary(failed: Sequence[FailedEpisode], total: int) -> dict[str, Any]:
-    """`{"episodes", "of", "by_type": {type: count}, "examples": {type: message}, "seeds"}`, commonest type first."""
+    """Failed episodes counted, commonest first: `{"episodes", "of", "by_type", "by_status", "examples", "seeds"}`.
+
+    `by_type` is {error type: count}; `by_status` {HTTP status (a string, as JSON keys are): count} over
+    the failures a server answered with a status; `examples` {error type: up to three distinct messages}.
+    """
     counts = Counter(f.error["type"] for f in failed)
-    examples: dict[str, str] = {}
+    statuses = Counter(str(f.error["status"]) for f in failed if f.error.get("status") is not None)
+    examples: dict[str, list[str]] = {}
     for f in failed:
-        examples.setdefault(f.error["type"], f.error["message"])
+        kept = examples.setdefault(f.error["type"], [])
+        if len(kept) < EXAMPLES_PER_TYPE and f.error["message"] not in kept:
+            kept.append(f.error["message"])
     return {
         "episodes": len(failed),
         "of": total,
         "by_type": dict(counts.most_common()),
+        "by_status": dict(statuses.most_common()),
         "examples": {t: examples[t] for t, _ in counts.most_common()},
         "seeds": sorted(f.seed for f in failed if f.seed is not None),
     }
@@ -495,6 +574,22 @@ async def _play(
     return record
 
 
+# the stop rule judges a share of at least this many attempted episodes (fewer when the run plays fewer)
+STOP_MIN_ATTEMPTS = 20
+
+
+def file_result(path: str | Path, seeds: Sequence[int]) -> tuple[RunResult, list[int]]:
+    """What the episodes file `path` holds for `seeds` (each seed's last line), and the seeds it has no line for.
+
+    The result's episodes are read from the file when used, in the order of `seeds`, as a run's are:
+    a run that stopped or was interrupted is summarized from it.
+    """
+    latest = {line.seed: line for line in latest_lines(path).values()}
+    finished = [latest[s].offset for s in seeds if s in latest and latest[s].failed is None]
+    failed = [line.failed for s in seeds if s in latest and (line := latest[s]).failed is not None]
+    return RunResult(StoredEpisodes(path, finished), failed), [s for s in seeds if s not in latest]
+
+
 class Recorder:
     """The driver's side of a run: writes each record once, counts failures, stops when too many fail."""
 
@@ -529,6 +624,9 @@ class Recorder:
         self.todo = [s for s in self.seeds if s not in self.finished and (retry_failed or s not in self.failures)]
         self._todo = set(self.todo)
         self.max_failure_rate = max_failure_rate
+        # what this invocation played: the stop rule judges these, never failures in the file not yet retried
+        self.attempted = 0
+        self.attempt_failures: list[FailedEpisode] = []
         self.on_episode = on_episode
         self.bar = tqdm(
             total=len(self.seeds), initial=len(self.seeds) - len(self.todo), desc="episodes", disable=not progress
@@ -544,8 +642,10 @@ class Recorder:
         if record.seed in self.finished:
             return  # delivered twice (a redone share): the first one stands
         offset = self.log.append(record) if self.log else None
+        self.attempted += 1
         if isinstance(record, FailedEpisode):
             self.failures[record.seed] = record
+            self.attempt_failures.append(record)
         else:
             self.failures.pop(record.seed, None)
             self.finished[record.seed] = record if offset is None else offset
@@ -555,16 +655,28 @@ class Recorder:
         self.check_failure_rate()
 
     def check_failure_rate(self) -> None:
-        """Raise RunStoppedError once the failures alone exceed `max_failure_rate` of the run's episodes."""
-        failed = self.failed()
-        if len(failed) <= self.max_failure_rate * len(self.seeds):
+        """Raise RunStoppedError when this run's failures exceed `max_failure_rate` while seeds are left to play.
+
+        Judged on the episodes this invocation attempted, once `STOP_MIN_ATTEMPTS` of them (or all it
+        plays, if fewer) are in; sooner when its failures already exceed that share of everything it
+        plays (the run could no longer end under the limit). Failures read from the file count only
+        once they are retried here, so a rerun after many failures is not stopped by them.
+        """
+        failed, attempted, planned = len(self.attempt_failures), self.attempted, len(self.todo)
+        if not failed or attempted >= planned:  # nothing failed, or nothing is left to spare
             return
-        summary = failure_summary(failed, len(self.seeds))
+        if failed > self.max_failure_rate * planned:
+            share = f"{failed} of the {planned} episodes this run plays have failed"
+        elif attempted >= min(STOP_MIN_ATTEMPTS, planned) and failed > self.max_failure_rate * attempted:
+            share = f"{failed} of the {attempted} episodes this run attempted failed"
+        else:
+            return
+        summary = failure_summary(self.attempt_failures, attempted)
         commonest, count = next(iter(summary["by_type"].items()))
         raise RunStoppedError(
-            f"stopped early: {len(failed)} of {len(self.seeds)} episodes failed, more than "
-            f"max_failure_rate={self.max_failure_rate}. Commonest error: {commonest} ({count} episodes): "
-            f"{summary['examples'][commonest]}. Finished and failed episodes are kept"
+            f"stopped early: {share}, more than max_failure_rate={self.max_failure_rate}. Commonest error: "
+            f"{commonest} ({count} episode{'' if count == 1 else 's'}): {summary['examples'][commonest][0]}. "
+            "Finished and failed episodes are kept"
             + (f" in {self.log.path}; rerun into it to retry the failed ones" if self.log else "")
         )
 
@@ -607,7 +719,8 @@ async def arun(
 
     With `output`, each episode is appended as it finishes or fails; seeds already finished in the
     file (same `run_key`) are skipped, and failed ones are run again when `retry_failed`. Raises
-    RunStoppedError once more than `max_failure_rate` of the episodes have failed.
+    RunStoppedError once more than `max_failure_rate` of the episodes it attempted have failed (see
+    `Recorder.check_failure_rate`); what it wrote stays in the file (`file_result` reads it back).
     """
     check_run_settings(concurrency, episode_timeout)
     recorder = Recorder(

@@ -3,9 +3,12 @@
 A shard writes `episodes.shard-I-of-N.jsonl` beside the run's episodes file (and its record and
 summary as `run.shard-I-of-N.json`, `summary.shard-I-of-N.json`), so shards running at once, on
 one machine or many, never share a writer. `combine` folds shard files into the run's episodes
-file: one record per seed (a finished episode beats a failed one; two different finished
-episodes of one seed are an error, never a silent pick), every attempt's line kept byte for byte
-so usage still adds up; lines of another configuration (run_key) are refused. `ifgym merge` calls
+file: one record per seed (a finished episode beats a failed one), every attempt's line kept byte
+for byte so usage still adds up; lines of another configuration (run_key) are refused. Shards that
+overlap (both played a seed) merge when their episodes agree on content (`episode_content`: the
+turns, replies, verdicts, rewards, ending); what the episode cost (calls, tokens, retries, wall
+time) may differ. Two finished episodes of one seed that differ in content are an error, never a
+silent pick. `ifgym merge` calls
 it, and so does the next unsharded run into the folder (the shards' seeds count as done).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -24,7 +28,16 @@ from typing import Any, BinaryIO
 from ifgym.envs.rollout import _lock, read_lines
 from ifgym.errors import ConfigError, DataFormatError
 
-__all__ = ["Combined", "Shard", "combine", "finished_seeds", "run_file_of", "shard_files", "shards_of"]
+__all__ = [
+    "Combined",
+    "Shard",
+    "combine",
+    "episode_content",
+    "finished_seeds",
+    "run_file_of",
+    "shard_files",
+    "shards_of",
+]
 
 _TAG = re.compile(r"\.shard-(\d+)-of-(\d+)$")
 
@@ -125,15 +138,41 @@ class _Line:
     size: int
     failed: bool
     digest: bytes  # of the line's bytes: equal lines are one record seen twice
+    content: bytes  # of what the episode is (`episode_content`): equal for two plays of one deterministic dialogue
 
 
-def _head(data: dict[str, Any], raw: bytes) -> tuple[Any, bool, Any, bytes]:
-    return data["seed"], bool(data.get("failed")), (data.get("meta") or {}).get("run_key"), raw.rstrip(b"\n")
+# what an episode record says about its cost, not its dialogue: the calls, tokens and retries of each model
+# client (`usage`), the policy's (`policy_usage`), and the policy's per-turn calls, tokens and wall time
+COST_META = ("usage", "policy_usage")
+COST_TRACE = ("costs",)
+
+
+def episode_content(record: dict[str, Any]) -> dict[str, Any]:
+    """An episode record without its cost: `meta.usage`, `meta.policy_usage` and `meta.policy_trace.costs` left out.
+
+    Two plays of a seed by a deterministic model give the same content (the same turns, replies,
+    verdicts, rewards and ending) while their wall-clock seconds, and the retries a flaky server
+    caused, differ.
+    """
+    meta = {k: v for k, v in (record.get("meta") or {}).items() if k not in COST_META}
+    if isinstance(meta.get("policy_trace"), dict):
+        meta["policy_trace"] = {k: v for k, v in meta["policy_trace"].items() if k not in COST_TRACE}
+    return {**record, "meta": meta}
+
+
+def _digest(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def _head(data: dict[str, Any], raw: bytes) -> tuple[Any, bool, Any, bytes, bytes]:
+    failed = bool(data.get("failed"))
+    content = b"" if failed else _digest(json.dumps(episode_content(data), sort_keys=True).encode())
+    return data["seed"], failed, (data.get("meta") or {}).get("run_key"), raw.rstrip(b"\n"), content
 
 
 def _scan(path: Path, source: int, run_key: str) -> Iterator[tuple[int, _Line]]:
     """(seed, line) of every record in an episodes file; a cut-off last line (an interrupted write) is skipped."""
-    for number, start, (seed, failed, key, body) in read_lines(path, _head):
+    for number, start, (seed, failed, key, body, content) in read_lines(path, _head):
         if key != run_key:
             raise ConfigError(
                 f"{path}:{number} holds an episode of another configuration (run_key {key}; this run is "
@@ -141,7 +180,7 @@ def _scan(path: Path, source: int, run_key: str) -> Iterator[tuple[int, _Line]]:
             )
         if not isinstance(seed, int):
             raise DataFormatError(f"{path}:{number}: an episode without a seed cannot be merged; remove that line")
-        yield seed, _Line(source, number, start, len(body), failed, hashlib.blake2b(body, digest_size=16).digest())
+        yield seed, _Line(source, number, start, len(body), failed, _digest(body), content)
 
 
 def finished_seeds(paths: Iterable[Path], run_key: str) -> set[int]:
@@ -166,18 +205,25 @@ class Combined:
 
 
 def _plan(lines: list[_Line], seed: int, paths: Sequence[Path]) -> list[_Line]:
-    """A seed's lines in the combined file: each distinct failed attempt, then its record (the finished one)."""
+    """A seed's lines in the combined file: each distinct attempt, then its record (the last finished one).
+
+    Finished episodes of the seed must agree on content (they may differ in cost: every one is
+    kept, its calls were made); the last one is the record.
+    """
     distinct: dict[bytes, _Line] = {}
     for line in lines:
         distinct.setdefault(line.digest, line)
     finished = [line for line in distinct.values() if not line.failed]
-    if len(finished) > 1:
-        where = " and ".join(f"{paths[line.source]}:{line.number}" for line in finished)
+    different: dict[bytes, _Line] = {}
+    for line in finished:
+        different.setdefault(line.content, line)
+    if len(different) > 1:
+        where = " and ".join(f"{paths[line.source]}:{line.number}" for line in different.values())
         raise ConfigError(
             f"seed {seed} has two different finished episodes ({where}): shards that overlap, played by a model "
             "that does not answer the same twice. Keep the one you want (delete the other line) and merge again"
         )
-    record = finished[0] if finished else list(distinct.values())[-1]
+    record = finished[-1] if finished else list(distinct.values())[-1]
     return [line for line in distinct.values() if line is not record] + [record]
 
 
@@ -187,7 +233,8 @@ def combine(run_file: Path, shards: Sequence[Path], run_key: str) -> Combined:
     Lines are copied byte for byte, so the result is what one unsharded run would have written, in
     seed order. Every file is locked while it is read (a shard still being written is refused), and
     `run_file` is replaced atomically, only when a shard brings a line it lacks. Raises ConfigError
-    for a line of another run_key, or for two different finished episodes of one seed.
+    for a line of another run_key, or for two finished episodes of one seed that differ in content
+    (not only in cost: see `episode_content`).
     """
     paths = [run_file, *(p for p in shards if p.resolve() != run_file.resolve())]
     with ExitStack() as stack:

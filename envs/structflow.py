@@ -12,7 +12,9 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.structflow import DEFINITIONS as STRUCTFLOW_DEFINITIONS
 from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
+from ifgym.rewards.structflow import HEADLINE_METRIC as STRUCTFLOW_HEADLINE_METRIC
 from ifgym.rewards.structflow import episode_row as structflow_episode_row
 from ifgym.rewards.structflow import summarize as structflow_summarize
 from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
@@ -270,6 +272,8 @@ class StructFlowEnv(ChatEnv):
 
     # --- metrics -------------------------------------------------------------------------------------
     headline_metrics = STRUCTFLOW_HEADLINE
+    headline_metric = STRUCTFLOW_HEADLINE_METRIC
+    metric_definitions = STRUCTFLOW_DEFINITIONS
 
     summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
     episode_row = staticmethod(structflow_episode_row)

@@ -8,8 +8,10 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
   drivers `converse`/`aconverse`, `ChatClient` (what every room needs from a client) and
   `CannedClient` (the test double);
 - `cache`: `CallCache`, model calls and their answers on disk (deterministic calls unless asked);
-- `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`, and
-  `resolve_client` (a client as given, or one built from a config);
+- `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`,
+  `resolve_client` (a client as given, or one built from a config and `announce`d once: which model
+  plays the role, `model_place`), and `check_servers` (each server asked once, before a run, whether
+  it answers and serves the model);
 - `http`: the OpenAI-compatible backend over aiohttp: requests, retries, errors that name the fix;
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
@@ -19,7 +21,7 @@ first HTTP call imports `aiohttp`, the first embedded call imports `llama_cpp`.
 """
 
 from ifgym.llm.cache import CallCache
-from ifgym.llm.client import LLMClient, make_client, resolve_client
+from ifgym.llm.client import LLMClient, announce, check_servers, make_client, model_place, resolve_client
 from ifgym.llm.config import GEN_KEYS, LLM_CONFIG_FIELDS, PLACEHOLDER_API_KEY, LLMConfig, config_from_mapping
 from ifgym.llm.conversation import (
     ROLES_IN_MESSAGES,
@@ -87,6 +89,8 @@ __all__ = [
     "Message",
     "Usage",
     "aconverse",
+    "announce",
+    "check_servers",
     "clean_surrogates",
     "config_from_mapping",
     "converse",
@@ -96,6 +100,7 @@ __all__ = [
     "join_parts",
     "locate_parts",
     "make_client",
+    "model_place",
     "resolve_client",
     "resolve_embedded_model",
     "smollm2_model_path",

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 import urllib.parse
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ifgym.errors import ConfigError, NoChoicesError, ReplyTooLongError
 from ifgym.llm.cache import CallCache
@@ -37,11 +39,19 @@ class LLMClient:
 
     With `config.base_url` it talks to an OpenAI-compatible server (llm/http.py: retries of
     408/409/429/5xx and connection errors, honouring `retry-after`); without it, it runs the
-    embedded llama.cpp model in process. Every failure is a BackendError that names the fix.
-    With `cache` (a CallCache), calls it holds are answered from it (`usage.cache_hits`) and new ones stored.
+    embedded llama.cpp model in process. Every failure is a BackendError that names the fix;
+    `config_key` is where the settings were given (e.g. `policy.llm`), so a message names
+    `policy.llm.timeout` rather than `timeout`. With `cache` (a CallCache), calls it holds are
+    answered from it (`usage.cache_hits`) and new ones stored.
     """
 
-    def __init__(self, config: LLMConfig, role: str = "policy", cache: CallCache | None = None):
+    def __init__(
+        self,
+        config: LLMConfig,
+        role: str = "policy",
+        config_key: str | None = None,
+        cache: CallCache | None = None,
+    ):
         if not isinstance(config, LLMConfig):
             raise ConfigError(f"LLMClient needs an LLMConfig (or use make_client with a mapping); got {config!r}")
         if not isinstance(role, str) or not role.strip():
@@ -50,6 +60,7 @@ class LLMClient:
             raise ConfigError(f"cache must be a CallCache (ifgym.llm.CallCache(folder)) or None; got {cache!r}")
         self.config = config
         self.role = role
+        self.config_key = config_key
         self.cache = cache
         self.usage = Usage()
         self._usage_lock = threading.Lock()
@@ -64,7 +75,7 @@ class LLMClient:
             self._embedded = EmbeddedBackend(config.embedded_model, n_ctx=config.n_ctx, n_threads=config.n_threads)
             self.model = self._embedded.name
         else:
-            self._http = HTTPBackend(config, self._tally)
+            self._http = HTTPBackend(config, self._tally, config_key)
             self.model = config.model
 
     def __deepcopy__(self, memo: dict) -> LLMClient:
@@ -74,7 +85,7 @@ class LLMClient:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
-        return (LLMClient, (self.config, self.role, self.cache))
+        return (LLMClient, (self.config, self.role, self.config_key, self.cache))
 
     def __repr__(self) -> str:
         where = self.config.base_url or f"embedded:{self.model}"
@@ -120,6 +131,24 @@ class LLMClient:
                 )
                 return self._store(key, self._from_embedded(out))
             return self._store(key, self._from_server(await self._http.achat(aclient, msgs, params)))
+
+    def check_server(self) -> str | None:
+        """Ask the server once whether it answers and serves the model (before a run); a note, or None.
+
+        Raises a BackendError (or ConfigError) naming the setting to change; a model left unset is
+        filled from a server that lists exactly one (the note says so). The embedded backend: None.
+        """
+        if self._http is None:
+            return None
+        try:
+            model, note = self._http.check()
+        finally:
+            self._http.close()  # the check's connection and loop thread; a sync call opens them again
+        if model != self.config.model:
+            self.config = dataclasses.replace(self.config, model=model)
+            self._http.config = self.config
+            self.model = model
+        return note
 
     def count_tokens(self, messages: list[Message]) -> int | None:
         """Prompt tokens of `messages` for this client's model, or None where no tokenizer is at hand.
@@ -202,8 +231,11 @@ class LLMClient:
         if truncated:
             text = text[: self.config.max_reply_chars]
         self._count(prompt, completion)
-        if cleaned or truncated:
-            self._tally(lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated)))
+        stopped = fields.get("finish_reason") == "length"  # cut at max_tokens by the model server
+        if cleaned or truncated or stopped:
+            self._tally(
+                lambda u: u.bump(cleaned=int(bool(cleaned)), truncated=int(truncated), max_tokens_stops=int(stopped))
+            )
         reported = prompt is not None or completion is not None
         return Completion(
             text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
@@ -246,14 +278,73 @@ class LLMClient:
 
 
 def make_client(
-    config: LLMConfig | Mapping[str, Any], role: str = "policy", cache: CallCache | None = None
+    config: LLMConfig | Mapping[str, Any],
+    role: str = "policy",
+    config_key: str | None = None,
+    cache: CallCache | None = None,
 ) -> LLMClient:
     """Build an LLMClient from an LLMConfig or a mapping of its fields (unknown keys → ConfigError), with `cache`."""
     if isinstance(config, LLMConfig):
-        return LLMClient(config, role, cache)
+        return LLMClient(config, role, config_key, cache)
     if isinstance(config, Mapping):
-        return LLMClient(config_from_mapping(config), role, cache)
+        return LLMClient(config_from_mapping(config), role, config_key, cache)
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
+
+
+logger = logging.getLogger(__name__)
+_announced: set[tuple[str, str, str]] = set()  # (role, model, where) said once per process
+_announced_lock = threading.Lock()
+
+
+def model_place(client: Any) -> str:
+    """Which model a client calls and where, without credentials: 'M (embedded)' or 'M (http HOST:PORT)'."""
+    model = getattr(client, "model", None) or type(client).__name__
+    backend = getattr(client, "backend", None)
+    if backend == "embedded":
+        return f"{model} (embedded)"
+    url = getattr(getattr(client, "config", None), "base_url", None)
+    parts = urlsplit(url) if url else None
+    host = f"{parts.hostname}{f':{parts.port}' if parts.port else ''}" if parts and parts.hostname else None
+    return f"{model} ({backend} {host})" if backend and host else str(model)
+
+
+def announce(client: Any, role: str) -> None:
+    """Say once per process which model plays `role` (logger `ifgym.llm.client`).
+
+    The embedded model gets a WARNING (shown without any logging set-up): its first call loads it and
+    every call runs on this machine's CPU, so an env's first `reset` can take minutes. A served model
+    gets an INFO line.
+    """
+    where = model_place(client)
+    key = (role, str(getattr(client, "model", "")), where)
+    with _announced_lock:
+        if key in _announced:
+            return
+        _announced.add(key)
+    if getattr(client, "backend", None) == "embedded":
+        logger.warning(
+            "the %s is played by the embedded model %s, on this CPU: it loads at the first call, and a reset "
+            "that generates text can take minutes (set %s_llm to a served model to go faster; logging at INFO "
+            "shows each generation step)",
+            role,
+            where,
+            role,
+        )
+    else:
+        logger.info("the %s is played by %s", role, where)
+
+
+def check_servers(clients: Iterable[Any]) -> list[str]:
+    """Check each LLMClient's server once, in order, before a run (`LLMClient.check_server`); the notes to show.
+
+    The first unusable server raises, naming its setting; other clients (test doubles) are skipped.
+    """
+    notes = []
+    for client in clients:
+        note = client.check_server() if isinstance(client, LLMClient) else None
+        if note:
+            notes.append(f"{client.role} model server: {note}")
+    return notes
 
 
 def resolve_client(
@@ -261,12 +352,13 @@ def resolve_client(
 ) -> ChatClient:
     """A client as given, or one built for `role` from an LLMConfig, a mapping of its fields, or None (embedded).
 
-    `name` is the argument's name in the error (default `<role>_llm`, as the envs call their clients).
+    `name` is the argument's name in the error (default `<role>_llm`, as the envs call their clients). A
+    client built here is announced once (`announce`): which model plays the role, and where.
     """
-    if client is None:
-        return make_client(LLMConfig(), role)
-    if isinstance(client, (LLMConfig, Mapping)):
-        return make_client(client, role)
+    if client is None or isinstance(client, (LLMConfig, Mapping)):
+        built = make_client(LLMConfig() if client is None else client, role)
+        announce(built, role)
+        return built
     if hasattr(client, "chat") and hasattr(client, "achat"):
         return client
     raise ConfigError(

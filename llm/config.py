@@ -52,6 +52,10 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "n_ctx": (lambda v: _is_int(v) and v >= 64, "an integer >= 64"),
     "n_threads": (lambda v: v is None or (_is_int(v) and v >= 1), "None or an integer >= 1"),
     "extra": (lambda v: isinstance(v, Mapping), "a mapping of extra request fields"),
+    "headers": (
+        lambda v: isinstance(v, Mapping) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+        "a mapping of HTTP header names to string values",
+    ),
 }
 
 
@@ -68,11 +72,13 @@ class LLMConfig:
 
     The API key is never stored here: `api_key_env` names the environment variable that holds it.
     `timeout` (seconds per HTTP attempt) and `max_retries` serve the HTTP path only: it retries
-    408/409/429/5xx, timeouts and connection errors with exponential backoff, honouring
-    `retry-after` / `retry-after-ms`.
+    408/409/429/5xx and connection errors with exponential backoff, honouring `retry-after` /
+    `retry-after-ms`; a timed-out request is not sent again (the server is likely still busy with it).
     `extra` is sent as additional request fields (HTTP: fields of the JSON body; embedded: keyword arguments
-    of `Llama.create_chat_completion`, e.g. `top_k`). A reply longer than `max_reply_chars` is cut
-    there and counted (`long_reply="truncate"`) or raises ReplyTooLongError (`"fail"`).
+    of `Llama.create_chat_completion`, e.g. `top_k`). `headers` are sent with every HTTP request (a
+    gateway's key, say; they win over ifgym's own); run records show their names, never their values.
+    A reply longer than `max_reply_chars` is cut there and counted (`long_reply="truncate"`) or raises
+    ReplyTooLongError (`"fail"`).
     """
 
     base_url: str | None = None
@@ -92,6 +98,7 @@ class LLMConfig:
     n_ctx: int = 8192
     n_threads: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -113,8 +120,9 @@ def config_from_mapping(data: Mapping[str, Any]) -> LLMConfig:
                 f"unknown LLMConfig field {key!r}.{did_you_mean(str(key), LLM_CONFIG_FIELDS)} "
                 f"Allowed: {', '.join(LLM_CONFIG_FIELDS)}"
             )
-    if isinstance(data.get("extra"), Mapping):
-        data["extra"] = dict(data["extra"])  # e.g. an OmegaConf DictConfig
+    for key in ("extra", "headers"):
+        if isinstance(data.get(key), Mapping):
+            data[key] = dict(data[key])  # e.g. an OmegaConf DictConfig
     if "concurrency" in data and data["concurrency"] is None:  # null: the caller's default (ifgym eval: the run's)
         del data["concurrency"]
     return LLMConfig(**data)

@@ -38,8 +38,10 @@ class Usage:
     `missing_usage` counts calls whose response carried no token counts (counted as 0 tokens);
     `retries` the HTTP requests sent again after a failed attempt (llm/http.py's retry
     rules), failed calls included; `cleaned` the replies and messages whose lone surrogates
-    were replaced; `truncated` the replies cut at `max_reply_chars`; `cache_hits` the calls answered
-    from the call cache (llm/cache.py) instead of the model, not counted in `calls` or tokens.
+    were replaced; `truncated` the replies cut at `max_reply_chars`; `max_tokens_stops` the replies
+    the model stopped because they reached `max_tokens` (finish_reason "length"): cut mid-answer;
+    `cache_hits` the calls answered from the call cache (llm/cache.py) instead of the model, not
+    counted in `calls` or tokens.
     """
 
     calls: int = 0
@@ -49,6 +51,7 @@ class Usage:
     retries: int = 0
     cleaned: int = 0
     truncated: int = 0
+    max_tokens_stops: int = 0
     cache_hits: int = 0
 
     def add(self, prompt_tokens: int, completion_tokens: int) -> None:
@@ -84,6 +87,7 @@ class Usage:
             "retries": self.retries,
             "cleaned": self.cleaned,
             "truncated": self.truncated,
+            "max_tokens_stops": self.max_tokens_stops,
         }
         if self.cache_hits:  # absent without a cache, so records of runs without one read as they always did
             totals["cache_hits"] = self.cache_hits
@@ -97,7 +101,8 @@ class Completion:
     `usage_reported` is False when the backend sent no token counts (then both counts are 0 and
     callers that need a number use `count_tokens` or an estimate). `retries` counts the HTTP
     requests sent again for this call; `cleaned` is the number of lone surrogates replaced in the
-    text (U+FFFD); `truncated` says the text was cut at `max_reply_chars`.
+    text (U+FFFD); `truncated` says the text was cut at `max_reply_chars`; `finish_reason` is the
+    backend's ("stop", or "length" when the reply reached `max_tokens` and was cut there).
     """
 
     text: str

@@ -5,16 +5,23 @@ answer read with `json.loads`. The transport is aiohttp because a call's CPU is 
 against a local server at concurrency 64 the openai SDK over httpx2 took five to six times the CPU of a
 bare aiohttp post (request building, response models, a connection pool walked twice per request;
 `python benchmarks/runner.py --only transport`). Retries follow the openai client's rules, done with
-`tenacity` from the first failure on: connection errors, timeouts and 408/409/429/5xx (or whatever
+`tenacity` from the first failure on: connection errors and 408/409/429/5xx (or whatever
 `x-should-retry` says) are sent again after `retry-after-ms` / `retry-after` (up to 60 s) or an
 exponential backoff (0.5 s doubling to 8 s, up to 25% jitter), at most `max_retries` times; every retry
-is counted in the usage. A sync call runs the same async path on the backend's own event loop in a
-daemon thread.
+is counted in the usage. Unlike the openai client, a timed-out request is not sent again: the server
+is most likely still generating the abandoned answer, and a copy would queue behind it (see
+`retryable`). A sync call runs the same async path on the backend's own event loop in a daemon thread.
 
-Each failure becomes a named BackendError that says what to fix: an HTML page from a proxy
+Each failure becomes a named BackendError (its `status` the HTTP status, if any) that says what to
+fix, naming the setting by its full key (`policy.llm.timeout`) when the client knows it: RateLimitError
+(429), ServerError (5xx), BackendTimeoutError, AuthenticationError (401/403), UnreachableError
+(refused, unknown host, closed before any byte), ConnectionDroppedError (closed mid-answer),
+NotFoundError (404: an unknown model, listed against the served ones, or a base_url without /v1),
+BadRequestError (400/413/422) and ContextLengthError (the messages vLLM, llama.cpp's server, OpenAI
+and Ollama send for a conversation longer than the context window), an HTML page from a proxy
 (HTMLReplyError), a body that is not JSON (NonJSONReplyError), no choices (NoChoicesError), content
-null (NullContentError), an unknown model (with the served models listed), a timeout, a refused
-connection or key, an HTTP status. `aiohttp` is imported on the first call, never at import time.
+null (NullContentError). `HTTPBackend.check` asks the server once, before a run, whether it answers
+and serves the model. `aiohttp` is imported on the first call, never at import time.
 """
 
 from __future__ import annotations
@@ -35,11 +42,21 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from ifgym.errors import (
+    AuthenticationError,
     BackendError,
+    BackendTimeoutError,
+    BadRequestError,
+    ConfigError,
+    ConnectionDroppedError,
+    ContextLengthError,
     HTMLReplyError,
     NoChoicesError,
     NonJSONReplyError,
+    NotFoundError,
     NullContentError,
+    RateLimitError,
+    ServerError,
+    UnreachableError,
     did_you_mean,
 )
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
@@ -50,6 +67,22 @@ CHAT_PATH = "/chat/completions"
 MODELS_PATH = "/models"
 # A server's retry-after is honoured up to this many seconds (longer: the client's own backoff).
 MAX_RETRY_AFTER = 60.0
+# The check before a run waits at most this long for the server's model list (or the timeout, if shorter).
+CHECK_TIMEOUT = 5.0
+# Error codes and types, and message phrases, by which servers say a request outgrew the context window:
+# OpenAI (code context_length_exceeded, "maximum context length is N tokens"), vLLM ("maximum context
+# length", "longer than the maximum model length"), llama.cpp's server (type exceed_context_size_error,
+# "exceeds the available context size"), Ollama ("the input length exceeds the context length",
+# "exceeded max context length"); also text-generation-inference ("inputs tokens + max_new_tokens must be <=").
+CONTEXT_LENGTH_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+CONTEXT_LENGTH_PHRASES = re.compile(
+    r"max(imum)? context length|context length exceeded|exceeds? the (available )?context (size|length|window)"
+    r"|longer than the maximum model length|tokens \+ max_new_tokens must be <=",
+    re.IGNORECASE,
+)
+
+# A model name left at LLMConfig's default (the embedded model's) was not chosen for a server.
+UNSET_MODEL = LLMConfig.model
 
 # Applies an update to the usage of the client making the call (and to the running episode's).
 Tally = Callable[[Callable[[Usage], None]], None]
@@ -102,18 +135,34 @@ class StatusError(Exception):
     def text(self) -> str:
         return self.body.decode("utf-8", "replace")
 
-    def detail(self) -> str:
-        """The server's error message (`error.message` of a JSON body), else the body's start."""
+    def error_fields(self) -> dict[str, Any]:
+        """The `error` object of a JSON body (message, type, code), {"message": …} for a string, else {}."""
         try:
             error = json.loads(self.body).get("error")
-            message = error.get("message") if isinstance(error, dict) else error
         except (ValueError, AttributeError):
-            message = None
+            return {}
+        return error if isinstance(error, dict) else {"message": error} if error else {}
+
+    def detail(self) -> str:
+        """The server's error message (`error.message` of a JSON body), else the body's start."""
+        message = self.error_fields().get("message")
         return str(message) if message else self.text.strip()[:300] or "(empty body)"
+
+    def context_length_exceeded(self) -> bool:
+        """Whether the server said the request is longer than the model's context (its code, type or message)."""
+        fields = self.error_fields()
+        if {str(fields.get("code")), str(fields.get("type"))} & CONTEXT_LENGTH_CODES:
+            return True
+        return bool(CONTEXT_LENGTH_PHRASES.search(self.detail()))
 
 
 def retryable(exc: BaseException) -> bool:
-    """Whether a failed attempt is worth sending again (the openai client's rules)."""
+    """Whether a failed attempt is worth sending again: the openai client's rules, except for timeouts.
+
+    A request that timed out is not sent again: the server is most likely still working on it (servers
+    go on generating an abandoned answer), so a retry queues behind it and times out too; against a
+    one-slot server every retry waits out a whole `timeout` (4 retries of 60 s: 5 minutes lost).
+    """
     import aiohttp
 
     if isinstance(exc, StatusError):
@@ -121,7 +170,9 @@ def retryable(exc: BaseException) -> bool:
         if should in ("true", "false"):
             return should == "true"
         return exc.status in (408, 409, 429) or exc.status >= 500
-    return isinstance(exc, (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+    if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is a ClientConnectionError too
+        return False
+    return isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -179,9 +230,15 @@ def _stop_loop_thread(pid: int, loop: asyncio.AbstractEventLoop, thread: threadi
         loop.close()
 
 
-async def _request(session: Any, method: str, url: str, body: bytes | None = None) -> tuple[bytes, str]:
-    """One HTTP attempt: the body and content type of a 2xx answer; any other status raises StatusError."""
-    async with session.request(method, url, data=body) as resp:
+async def _request(
+    session: Any, method: str, url: str, body: bytes | None = None, timeout: Any = None
+) -> tuple[bytes, str]:
+    """One HTTP attempt: the body and content type of a 2xx answer; any other status raises StatusError.
+
+    `timeout` (an aiohttp.ClientTimeout) replaces the session's for this attempt.
+    """
+    extra = {"timeout": timeout} if timeout is not None else {}
+    async with session.request(method, url, data=body, **extra) as resp:
         content = await resp.read()
         if resp.status >= 400:
             raise StatusError(resp.status, resp.headers, content)
@@ -199,18 +256,25 @@ class HTTPBackend:
     """The OpenAI-compatible path of an LLMClient: requests, retries, errors that name the fix.
 
     `tally` applies a usage update for the client that owns this backend (retries, and the tokens
-    of a reply whose content is null). An aiohttp session belongs to one event loop, so the owner
-    asks `connections()` for one per loop; sync calls run on the backend's own loop thread.
+    of a reply whose content is null). `config_key` is where the settings were given (e.g.
+    `policy.llm` in `ifgym eval`): messages name `policy.llm.timeout`, not just `timeout`. An
+    aiohttp session belongs to one event loop, so the owner asks `connections()` for one per loop;
+    sync calls run on the backend's own loop thread.
     """
 
-    def __init__(self, config: LLMConfig, tally: Tally):
+    def __init__(self, config: LLMConfig, tally: Tally, config_key: str | None = None):
         self.config = config
+        self.config_key = config_key
         self._tally = tally
         # credentials in the URL (user:password@host) are sent as basic auth, never shown in a message
         self._url, self._basic = split_credentials(config.base_url.rstrip("/"))
         self._thread: tuple[int, asyncio.AbstractEventLoop, Connections] | None = None
         self._thread_lock = threading.Lock()
         self._stop: weakref.finalize | None = None
+
+    def setting(self, name: str) -> str:
+        """The setting `name` as the user gives it, quoted: `policy.llm.timeout`, or `timeout` without a key."""
+        return f"`{self.config_key}.{name}`" if self.config_key else f"`{name}`"
 
     def connections(self) -> Connections:
         """A new per-loop holder of this backend's connections (the session opens on the first call)."""
@@ -246,7 +310,7 @@ class HTTPBackend:
         return aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=self.config.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.config.timeout),
-            headers={"Authorization": auth, "Content-Type": "application/json"},
+            headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
             proxy=env_proxy(self._url),  # looked up once: aiohttp's trust_env would do it per request, in a thread
         )
 
@@ -286,16 +350,15 @@ class HTTPBackend:
                 raise self._not_found(exc, await self._list_models(session)) from None
             raise self._status_error(exc) from None
         except TimeoutError as exc:
-            raise BackendError(
-                f"model server at {self._url} did not answer within {self.config.timeout}s "
-                f"(after {attempts - 1} retries); raise `timeout` or check the server load"
+            retried = f"after {attempts - 1} retries"
+            raise self._timed_out(f"did not answer within {self.config.timeout}s ({retried})") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise ConnectionDroppedError(
+                f"the model server at {self._url} dropped the connection in the middle of its answer "
+                f"({type(exc).__name__}: {exc}; after {attempts - 1} retries); check the server log"
             ) from exc
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise BackendError(
-                f"cannot reach the model server at {self._url}, or it dropped the connection "
-                f"({type(exc).__name__}: {exc}; after {attempts - 1} retries); is the server running? "
-                "Check base_url (host, port, /v1 prefix)."
-            ) from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise self._unreachable(exc, f"after {attempts - 1} retries") from exc
         except aiohttp.ClientError as exc:
             raise BackendError(f"call to {self._url} failed: {type(exc).__name__}: {exc}") from exc
         finally:
@@ -303,6 +366,127 @@ class HTTPBackend:
             if retries:
                 self._tally(lambda u: u.bump(retries=retries))
         return self._from_response(content, content_type, retries)
+
+    def check(self) -> tuple[str, str | None]:
+        """Ask the server, once and before a run, whether it serves the model; see `acheck`."""
+        loop, conns = self._loop_thread()
+        return asyncio.run_coroutine_threadsafe(self.acheck(conns), loop).result()
+
+    async def acheck(self, conns: Connections) -> tuple[str, str | None]:
+        """The model to ask for and a note (None: nothing to say), from one GET of /models (at most 5 s).
+
+        Raises, naming the setting to change: UnreachableError (nothing answers), AuthenticationError
+        (401/403), NotFoundError (base_url without the API prefix, or a model the server does not list),
+        BackendTimeoutError, and ConfigError when no model was set and the server lists several. A model
+        left unset (the embedded model's name, the default) is taken from a server that lists exactly one.
+        A server without /models is allowed, with a note, once its chat route answers.
+        """
+        import aiohttp
+
+        session = await conns.open(self._session)
+        timeout = aiohttp.ClientTimeout(total=min(CHECK_TIMEOUT, self.config.timeout))
+        url, model = self._url, self.config.model
+        try:
+            content, _ = await _request(session, "GET", url + MODELS_PATH, timeout=timeout)
+        except StatusError as exc:
+            if exc.status in (401, 403):
+                raise self._auth_error(exc.status) from None
+            if exc.status == 404:
+                return model, await self._check_chat_route(session, timeout)
+            why = f"HTTP {exc.status}: {exc.detail()}"
+            return model, f"{url} did not list its models ({why}); model {model!r} unchecked"
+        except TimeoutError:
+            raise self._timed_out(f"did not list its models (GET {MODELS_PATH}) within {timeout.total}s") from None
+        except aiohttp.ClientConnectionError as exc:
+            raise self._unreachable(exc, "checked before the run") from None
+        except aiohttp.ClientError as exc:
+            return model, f"{url} did not list its models ({type(exc).__name__}: {exc}); model {model!r} unchecked"
+        try:
+            listed = json.loads(content)["data"]
+            served = sorted(str(m["id"]) for m in listed)
+        except (ValueError, KeyError, TypeError) as exc:
+            return model, f"{url}{MODELS_PATH} is not a model list ({type(exc).__name__}); model {model!r} unchecked"
+        model, note = self._model_from(served)
+        if any(isinstance(m, dict) and m.get("owned_by") == "llamacpp" for m in listed):
+            slots = await self._slots_note(session, timeout)
+            note = "; ".join(n for n in (note, slots) if n) or None
+        return model, note
+
+    def _model_from(self, served: list[str]) -> tuple[str, str | None]:
+        """The model to ask for among those a server lists, and a note; raises when it is not among them."""
+        url, model = self._url, self.config.model
+        if model in served:
+            return model, None
+        if not served:
+            return model, f"{url} lists no models; model {model!r} unchecked"
+        if model == UNSET_MODEL:
+            if len(served) == 1:
+                return served[0], (
+                    f"{self.setting('model')} is not set and {url} serves one model: evaluating {served[0]!r} "
+                    "(recorded in run.json)"
+                )
+            raise ConfigError(
+                f"{self.setting('model')} is not set and {url} serves several models: {_listed(served)}; "
+                f"set {self.setting('model')}=NAME"
+            )
+        raise NotFoundError(
+            f"{url} does not serve model {model!r}.{did_you_mean(model, served)} It serves: {_listed(served)}; "
+            f"set {self.setting('model')} to one of them"
+        )
+
+    async def _slots_note(self, session: Any, timeout: Any) -> str | None:
+        """A note when a llama.cpp server has fewer slots (its /props) than this client's concurrency, else None.
+
+        Requests past its slots wait in the server's queue, and that wait counts against `timeout`.
+        """
+        import aiohttp
+
+        root = self._url.removesuffix("/v1")
+        try:
+            content, _ = await _request(session, "GET", root + "/props", timeout=timeout)
+            slots = json.loads(content)["total_slots"]
+        except (aiohttp.ClientError, TimeoutError, StatusError, ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(slots, int) or slots >= self.config.concurrency:
+            return None
+        return (
+            f"this llama.cpp server has {slots} slot(s) and {self.setting('concurrency')} is "
+            f"{self.config.concurrency}: the other requests queue there, and the wait counts against "
+            f"{self.setting('timeout')} ({self.config.timeout}s); set {self.setting('concurrency')}={slots} or start "
+            f"the server with --parallel {self.config.concurrency}"
+        )
+
+    async def _check_chat_route(self, session: Any, timeout: Any) -> str:
+        """A note for a server whose /models answered 404, once its chat route answers; else a NotFoundError."""
+        import aiohttp
+
+        url, model = self._url, self.config.model
+        if not url.endswith("/v1"):  # the commonest mistake: the server's root instead of its API prefix
+            try:
+                await _request(session, "GET", url + "/v1" + MODELS_PATH, timeout=timeout)
+            except (aiohttp.ClientError, TimeoutError, StatusError):
+                pass
+            else:
+                raise NotFoundError(
+                    f"{url}{MODELS_PATH} answered 404 but {url}/v1{MODELS_PATH} answers: base_url lacks the API "
+                    f"prefix; set {self.setting('base_url')}={url}/v1",
+                    status=404,
+                )
+        # one token's request: 404 means no chat route here (or no such model); any other answer, a route
+        probe = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        try:
+            await _request(session, "POST", url + CHAT_PATH, json.dumps(probe).encode(), timeout=timeout)
+        except StatusError as exc:
+            if exc.status == 404:
+                raise NotFoundError(
+                    f"{url} answered 404 to GET {MODELS_PATH} and to POST {CHAT_PATH} for model {model!r} "
+                    f"({exc.detail()}); set {self.setting('base_url')} to the API root (usually ending in /v1) and "
+                    f"check {self.setting('model')}",
+                    status=404,
+                ) from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            return f"{url} does not list its models (404) and its chat route did not answer ({type(exc).__name__})"
+        return f"{url} does not list its models (GET {MODELS_PATH}: 404); model {model!r} not checked"
 
     def _from_response(self, content: bytes, content_type: str, retries: int) -> ServerReply:
         """Read a 2xx answer's JSON body into a ServerReply; every unusable answer is a named error."""
@@ -373,35 +557,80 @@ class HTTPBackend:
     def _not_found(self, exc: StatusError, served: list[str] | str) -> BackendError:
         url, model = self._url, self.config.model
         if isinstance(served, list) and served:
-            return BackendError(
+            return NotFoundError(
                 f"{url} does not serve model {model!r}.{did_you_mean(model, served)} "
-                f"It serves: {', '.join(served)}. Set `model` to one of them."
+                f"It serves: {_listed(served)}. Set {self.setting('model')} to one of them.",
+                status=404,
             )
-        return BackendError(
+        return NotFoundError(
             f"{url} answered 404 for model {model!r} ({exc.detail()}); {served or 'it lists no models'}. "
-            "Check `model` and that base_url ends with the API prefix (usually /v1)."
+            f"Check {self.setting('model')} and that {self.setting('base_url')} ends with the API prefix "
+            "(usually /v1).",
+            status=404,
         )
 
+    def _timed_out(self, what: str) -> BackendTimeoutError:
+        return BackendTimeoutError(
+            f"the model server at {self._url} {what}; not sent again (the server is likely still busy with it); "
+            f"raise {self.setting('timeout')}, or lower {self.setting('concurrency')} (unset: the run's "
+            "`concurrency`) for a server with few slots (llama.cpp's server has 1 unless started with --parallel N)"
+        )
+
+    def _unreachable(self, exc: BaseException, retried: str) -> UnreachableError:
+        return UnreachableError(
+            f"cannot reach the model server at {self._url} ({type(exc).__name__}: {exc}; {retried}); is the server "
+            f"running? Check {self.setting('base_url')} (host, port, /v1 prefix)."
+        )
+
+    def _auth_error(self, status: int) -> AuthenticationError:
+        env = self.config.api_key_env
+        if env is None:
+            fix = f"set {self.setting('api_key_env')} to the name of an environment variable holding the key"
+        elif env not in os.environ:
+            fix = f"set the environment variable {env} (it is not set; {self.setting('api_key_env')} names it)"
+        else:
+            fix = f"check the key in the environment variable {env} ({self.setting('api_key_env')} names it)"
+        return AuthenticationError(f"{self._url} rejected the request ({status}: authentication); {fix}", status=status)
+
     def _status_error(self, exc: StatusError) -> BackendError:
-        url = self._url
-        if exc.status in (401, 403):
-            env = self.config.api_key_env
-            if env is None:
-                fix = "set `api_key_env` to the name of an environment variable holding the key"
-            elif env not in os.environ:
-                fix = f"set the environment variable {env} (it is not set)"
-            else:
-                fix = f"check the key in the environment variable {env}"
-            return BackendError(f"{url} rejected the request ({exc.status}: authentication); {fix}")
+        url, model, status = self._url, self.config.model, exc.status
+        if status in (401, 403):
+            return self._auth_error(status)
+        if exc.context_length_exceeded():
+            return ContextLengthError(
+                f"{url} answered HTTP {status}: the conversation is longer than the context window of model {model!r} "
+                f"({exc.detail()}); give the server a longer context (vLLM --max-model-len, llama.cpp -c, Ollama "
+                f"num_ctx), lower {self.setting('max_tokens')}, or shorten the history (policy=truncation)",
+                status=status,
+            )
         retried = f"retried up to {self.config.max_retries} times where the status allows"
         if _looks_like_html(exc.text):
             return HTMLReplyError(
-                f"{url} answered HTTP {exc.status} with an HTML error page ({_html_title(exc.text)}) ({retried}); "
-                "a proxy or gateway in front of the model server is failing, or the server is down"
+                f"{url} answered HTTP {status} with an HTML error page ({_html_title(exc.text)}) ({retried}); "
+                "a proxy or gateway in front of the model server is failing, or the server is down",
+                status=status,
             )
-        return BackendError(
-            f"{url} answered HTTP {exc.status} for model {self.config.model!r} ({retried}): {exc.detail()}"
-        )
+        answered = f"{url} answered HTTP {status} for model {model!r}"
+        if status == 429:
+            return RateLimitError(
+                f"{answered} (rate limited; {retried}): {exc.detail()}; lower {self.setting('concurrency')} or the "
+                f"run's `concurrency`, or raise {self.setting('max_retries')}",
+                status=status,
+            )
+        if status >= 500:
+            return ServerError(f"{answered} (server error; {retried}): {exc.detail()}", status=status)
+        if status in (400, 413, 422):
+            return BadRequestError(
+                f"{answered} (bad request): {exc.detail()}; check the generation settings and {self.setting('extra')}",
+                status=status,
+            )
+        return BackendError(f"{answered} ({retried}): {exc.detail()}", status=status)
+
+
+def _listed(served: list[str], most: int = 20) -> str:
+    """Served model ids joined with commas, the first `most` of them (OpenAI's list is long)."""
+    shown = ", ".join(served[:most])
+    return shown + (f" … and {len(served) - most} more" if len(served) > most else "")
 
 
 def _looks_like_html(text: str) -> bool:

@@ -24,7 +24,9 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.errors import DataFormatError
+from ifgym.rewards.evolif_metrics import DEFINITIONS as EVOLIF_DEFINITIONS
 from ifgym.rewards.evolif_metrics import HEADLINE as EVOLIF_HEADLINE
+from ifgym.rewards.evolif_metrics import HEADLINE_METRIC as EVOLIF_HEADLINE_METRIC
 from ifgym.rewards.evolif_metrics import EvolIFRow, rows_of
 from ifgym.rewards.evolif_metrics import episode_row as evolif_row
 from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
@@ -34,9 +36,27 @@ from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer, TurnRow
 from ifgym.rewards.structflow import episode_row as structflow_row
 from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
 
-__all__ = ["HEADLINE", "CompositeRow", "CompositeScorer", "episode_row", "evolif_view", "summarize", "summarize_rows"]
+__all__ = [
+    "DEFINITIONS",
+    "HEADLINE",
+    "HEADLINE_METRIC",
+    "CompositeRow",
+    "CompositeScorer",
+    "episode_row",
+    "evolif_view",
+    "summarize",
+    "summarize_rows",
+]
 
 HEADLINE: tuple[str, ...] = (*EVOLIF_HEADLINE, "checklist/CSR", "checklist/ISR", "DRFR", "WCSR")
+HEADLINE_METRIC = EVOLIF_HEADLINE_METRIC  # the rules' recovery, as in EvolIF
+# One line per metric, printed under the results table.
+DEFINITIONS: dict[str, str] = EVOLIF_DEFINITIONS | {
+    "checklist/CSR": "the structural checklist items met / judged, per turn, averaged over turns",
+    "checklist/ISR": "share of turns that met every structural checklist item",
+    "DRFR": "checklist items met / items judged, pooled over all items",
+    "WCSR": "weighted checklist CSR: per turn, met weight / weight (structural items 2, others 1), averaged",
+}
 
 
 def _split(spec: TurnSpec) -> TurnSpec:

@@ -15,7 +15,9 @@ turn (the script's `failures - 1`, as its dialogues end on a failure), averaged 
   Undetermined turns are left out of ISR and are skipped (neither break nor extend a streak, nor
   count as failure or recovery), just as they leave the patience unchanged.
 - Where the script divides by zero (a dialogue without a failed turn that has a next turn), REC
-  of that dialogue is 1.0: nothing was left unrecovered. So REC is never NaN.
+  of that dialogue is 1.0: nothing was left unrecovered. A run in which no dialogue has such a
+  failure has no REC (NaN, printed n/a, null in `summary.json`): it was never measured, and a
+  model that never passes a one-turn dialogue must not read as recovering perfectly.
 
 REC's edge cases, checked by running the released score.py on hand-made evaluation files. The
 script divides recoveries by `turns - passing turns - 1`, i.e. by the failures that have a next
@@ -40,7 +42,7 @@ passing there, as EvolIF's evaluator turns a judge failure into a failed turn.
 
 All rates are fractions in [0, 1] (the paper prints percentages). Every function raises
 DataFormatError for an empty episode list. A rate with nothing to measure (every verdict unknown)
-is NaN, never a made-up 0 or 1 -- except REC, as said above.
+is NaN, never a made-up 0 or 1 (REC's per-dialogue 1.0 is said above).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ from ifgym.rewards.rubric import TurnOutcome, turn_outcome
 R = TypeVar("R")
 
 __all__ = [
+    "DEFINITIONS",
     "HEADLINE",
+    "HEADLINE_METRIC",
     "EpisodeMetrics",
     "EvolIFRow",
     "csr",
@@ -254,6 +258,8 @@ def _endurance(tallies: list[EpisodeMetrics]) -> dict[str, float]:
 
 
 def _recovery(tallies: list[EpisodeMetrics]) -> float:
+    if not any(t.recoverable for t in tallies):
+        return math.nan  # no failure had a next turn in any dialogue: nothing was there to recover (0/0)
     return sum(t.rec for t in tallies) / len(tallies)
 
 
@@ -292,7 +298,8 @@ def recovery(episodes: Sequence[Episode], loose: bool = False) -> float:
     """REC: recovered failures over failures with a next turn, per episode, averaged over episodes.
 
     A failure is recovered when the next determined turn passes (EvolIF's score.py). An episode
-    without a failure that has a next turn counts 1.0: nothing was left unrecovered. Never NaN.
+    without a failure that has a next turn counts 1.0: nothing was left unrecovered. NaN when no
+    episode has one (nothing was measured).
     """
     return _recovery(_tallies(episodes, loose))
 
@@ -365,6 +372,22 @@ def survival_of_lengths(lengths: Sequence[int]) -> list[float]:
 
 # The metrics a run is judged by (they get bootstrap intervals in `ifgym eval`'s summary).
 HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB")
+HEADLINE_METRIC = "REC"  # the one a run is read by first (marked in the results table, first in sweeps)
+
+# One line per metric, printed under the results table (`DEFINITIONS["loose"]` says what the loose column is).
+DEFINITIONS: dict[str, str] = {
+    "CSR": "constraint satisfaction rate: per turn, constraints met / constraints judged, averaged over all turns",
+    "ISR": "instruction satisfaction rate: share of turns (with a verdict) that met every constraint",
+    "EDR_len": "endurance: turns played per dialogue",
+    "EDR_acc": "endurance: per dialogue, the sum of its turns' CSR",
+    "EDR_succ": "endurance: per dialogue, the turns that met every constraint",
+    "EDR_lss": "endurance: per dialogue, the longest run of consecutive passing turns",
+    "REC": "recovery: per dialogue, failed turns whose next turn passed / failed turns with a next turn; "
+    "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif_metrics.recovery_script)",
+    "ROB": "robustness (stability, STA): per dialogue ISR, averaged over dialogues",
+    "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped "
+    "(IFEval's loose reading)",
+}
 
 
 def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:

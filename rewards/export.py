@@ -313,7 +313,9 @@ def check_options(schema: str, options: dict[str, Any]) -> None:
 def export(schema: str, episodes: Iterable[Episode], path: str | Path, **options: Any) -> ExportReport:
     """Write `schema`'s rows for `episodes` to `path` (JSON Lines, UTF-8); return the report.
 
-    Options: `min_reward` (sft), `margin` and `pairs` (preferences); others are refused.
+    Options: `min_reward` (sft), `margin` and `pairs` (preferences); others are refused. No rows
+    (e.g. no prompt with two different replies for preferences) raise ConfigError saying why, and
+    nothing is written.
     """
     check_options(schema, options)
     builders = {"prompts": prompt_rows, "sft": sft_rows, "preferences": preference_rows, "turns": turn_rows}
@@ -321,6 +323,11 @@ def export(schema: str, episodes: Iterable[Episode], path: str | Path, **options
     if path.is_dir():
         raise ConfigError(f"export: {path} is a folder; give the output file, e.g. {path / f'{schema}.jsonl'}")
     rows, report = builders[schema](list(episodes), **options)
+    if not rows:  # an empty file would load as a bare StopIteration in `datasets`, far from the cause
+        counts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in report.counts.items())
+        why = f" ({counts})" if counts else ""
+        advice = f"; {report.warnings[0]}" if report.warnings else ""
+        raise ConfigError(f"export {schema}: no rows to write{why}{advice}; nothing was written to {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
         for row in rows:

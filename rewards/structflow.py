@@ -83,6 +83,8 @@ from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 
 __all__ = [
     "CHECKLIST_MODES",
+    "DEFINITIONS",
+    "HEADLINE_METRIC",
     "FIRST_TURN",
     "ChecklistJudge",
     "JudgementParse",
@@ -688,6 +690,16 @@ def _round(value: Any, ndigits: int | None) -> Any:
 SCRIPT_TASKS: tuple[str, ...] = (*TASK_NAMES, "mix")  # the benchmark script's task list, in its order
 METRICS = ("CSR", "ISR", "WCSR", "DRFR")
 HEADLINE = (*METRICS, "WCSR_pooled")  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`)
+HEADLINE_METRIC = "WCSR"  # the one a run is read by first (the benchmark's published number)
+# One line per metric, printed under the results table.
+DEFINITIONS: dict[str, str] = {
+    "CSR": "constraint satisfaction rate: per turn, checklist items met / items judged, averaged over turns",
+    "ISR": "instruction satisfaction rate: share of turns that met every checklist item",
+    "WCSR": "weighted CSR: per turn, met weight / weight (structural items 2, others 1), averaged over turns",
+    "DRFR": "decomposed requirements following ratio: items met / items judged, pooled over all items",
+    "WCSR_pooled": "the paper's WCSR: met weight / weight summed over all items at once",
+    "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped",
+}
 
 
 def _evaluated_record(record: Any, index: int, source: str) -> tuple[list[TurnRow], bool, int, int]:

@@ -178,6 +178,10 @@ def test_llm_user_and_llm_judge_through_servers_report_usage_per_role(tmp_path):
     assert summary["usage"]["policy"]["calls"] == 6
     assert summary["usage"]["user"]["calls"] >= 6  # a draft per turn (plus a topic check on a topic change)
     assert summary["user_stats"]["llm_fallbacks"] == 0
+    # which model plays each role is said before the first reset (which may load and generate for minutes)
+    (said,) = [line for line in r.stderr.splitlines() if line.startswith("models: ")]
+    for role, server in (("policy", policy), ("user", models), ("judge", models)):
+        assert f"{role} canned-model (http {server.base_url.split('//')[1].removesuffix('/v1')})" in said
 
 
 def test_unknown_env_argument_names_the_accepted_ones(capsys):

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from ifgym.cli import main
+import ifgym
+from ifgym.cli import COMMANDS, main
 
 SCRIPTED = ["policy=scripted", "episodes=1", "progress=false", "plots=false"]
 
@@ -103,3 +104,60 @@ def test_the_installed_command_prints_no_traceback(folder):
             env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
         )
         assert done.returncode == 2 and done.stderr.startswith("ifgym: error:") and "Traceback" not in done.stderr
+
+
+def _eval_in(cwd, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ifgym.cli", "eval", *SCRIPTED, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"},
+    )
+
+
+def test_a_failed_run_keeps_the_folders_it_did_not_make(tmp_path):
+    # the case: mkdir -p work/mydir && cd work/mydir && ifgym eval ... hydra.run.dir=$PWD/run
+    mydir = tmp_path / "work" / "mydir"
+    mydir.mkdir(parents=True)
+    done = _eval_in(mydir, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={mydir}/run")
+    assert done.returncode == 2 and "ifgym's ids" in done.stderr, done.stderr
+    assert mydir.is_dir() and list(mydir.iterdir()) == []  # its empty run folder went, mydir stays
+    # a user's empty folder given as the run folder itself stays too
+    done = _eval_in(mydir, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={mydir}")
+    assert done.returncode == 2 and mydir.is_dir() and list(mydir.iterdir()) == []  # and what ifgym wrote in it went
+
+
+def test_a_failed_run_removes_the_folders_it_made(tmp_path):
+    done = _eval_in(tmp_path, "env.id=ifgym/EvolIF-v9", f"hydra.run.dir={tmp_path}/made/by/ifgym/run")
+    assert done.returncode == 2 and list(tmp_path.iterdir()) == []  # made/by/ifgym/run, all of it made here
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_takes_help_and_prints_its_own(capsys, command):
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: ifgym {command} ")
+    others = [c for c in COMMANDS if c != command and not c.startswith(command)]
+    assert not any(f"\n  {c} " in out for c in others)  # not every command's entry again
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"ifgym {ifgym.__version__}"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment", "not_there"),
+    [
+        # a bad value beside a Hydra key blames the value, not hydra.run.dir
+        (["eval", "episodes=abc", "hydra.run.dir={folder}/run"], "could not be converted to Integer", "hydra.run"),
+        # a missing run names itself, not the folder it would be in
+        (["compare", "{folder}/nope", "{folder}"], "{folder}/nope: no such run folder or episodes file", "in {folder}"),
+    ],
+)
+def test_errors_name_what_is_wrong(folder, capsys, args, fragment, not_there):
+    assert main([a.format(folder=folder) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert fragment.format(folder=folder) in err and not_there.format(folder=folder) not in err, err

@@ -182,3 +182,23 @@ def test_run_record_names_what_produced_the_run_and_keeps_no_secrets(cwd):
     (title,) = [line for line in r.stdout.splitlines() if line.startswith("run: ")]
     assert title.startswith(f"run: {compose([]).env.id} · policy served-model (http 127.0.0.1:")
     assert " · judge rules · 2 episodes · " in title
+
+
+def test_a_base_url_without_v1_reaches_the_check_base_url_message(cwd):
+    # Hydra's comma-joined overrides (`override_dirname`: "…base_url=http://127.0.0.1:PORT,policy.llm.model=…")
+    # are no URL; scrubbing Hydra's files must not read a port out of them, and the run's own error shows
+    with CannedServer(replies=["A reply."]) as server:
+        url = server.base_url.removesuffix("/v1")
+        r = subprocess.run(
+            [sys.executable, "-m", "ifgym.cli", "eval", "policy=openai", f"policy.llm.base_url={url}"]
+            + ["policy.llm.model=fake", "episodes=2", "env.max_turns=2", "progress=false", "plots=false"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=cwd,
+        )
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr and "Port could not be cast" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("ifgym: error:")]
+    assert f"{url}/chat/completions" in line or url in line
+    assert "base_url" in line and "/v1" in line  # what to check

@@ -26,9 +26,19 @@ def two_runs(tmp_path):
     return a, b
 
 
-def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, capsys):
+def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, capsys, monkeypatch):
     a, b = two_runs
     capsys.readouterr()
+    import ifgym.report
+
+    drawn = []  # what the plot was drawn with (the real function draws it)
+    real = ifgym.report.write_comparison_plot
+
+    def record(summaries, metrics, path, **kwargs):
+        drawn.append((list(summaries), list(metrics)))
+        return real(summaries, metrics, path, **kwargs)
+
+    monkeypatch.setattr(ifgym.report, "write_comparison_plot", record)
     out = tmp_path / "cmp.json"
     assert main(["compare", str(a), str(b / "episodes.jsonl"), "resamples=200", f"out={out}"]) == 0
     printed = capsys.readouterr().out
@@ -46,6 +56,9 @@ def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, c
         assert result["strict"]["EDR_len"]["p_value"] == 1.0
     # the two runs side by side (each with its own summary's values), beside the JSON
     assert f"plot: {out.with_suffix('.png')}" in printed and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    # the headline metric (EvolIF's REC) is drawn first; the same policy on both sides: the folders tell them apart
+    ((labels, metrics),) = drawn
+    assert metrics[0] == "REC" and labels == ["A: scripted (a)", "B: scripted (b)"]
 
 
 def test_compare_refuses_runs_with_different_env_settings(two_runs, tmp_path, capsys):

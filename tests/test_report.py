@@ -19,10 +19,13 @@ from ifgym.report import (
     chart_data,
     comparison_figure,
     group_figure,
+    max_tokens_warnings,
+    results_table,
     run_title,
     survival_figure,
     write_comparison_plot,
     write_plots,
+    write_sweep,
 )
 from ifgym.rewards.flexbench import heatmap_figure, heatmap_matrix, short_name
 
@@ -66,7 +69,8 @@ def test_survival_curve_has_whole_turn_ticks_and_says_what_was_measured():
     assert data["survival"] == [(0, 1.0), (1, 1.0), (2, 1.0)] and data["survival_note"] is None
     fig = survival_figure(data["survival"], run_title(summary_of(episodes)))
     (ax,) = fig.axes
-    assert ax.get_title().splitlines() == ["Survival", run_title(summary_of(episodes))]
+    first, *rest = ax.get_title().splitlines()
+    assert first == "Survival" and " ".join(rest) == run_title(summary_of(episodes))  # wrapped to fit
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)  # no half turns
     (line,) = ax.get_lines()
@@ -158,3 +162,62 @@ def test_comparison_plot_draws_each_run_with_its_interval(tmp_path):
     assert edr.get_ylim()[1] > 2  # not a rate: its own scale
     path = write_comparison_plot(summaries, ["CSR"], tmp_path / "cmp.png", title="Sweep of 2 jobs")
     assert path.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_long_title_is_wrapped_inside_the_figure():
+    long = {**RUN, "policy": "graphif", "models": {"policy": {"model": "Qwen2.5-Coder-1.5B-Instruct-GGUF-q4_k_m"}}}
+    title = run_title({"run": long, "episodes": 200})
+    for fig in (survival_figure([(0, 1.0), (1, 0.5)], title), group_figure({"strict": {"case": 0.5}}, {}, title)):
+        fig.canvas.draw()
+        box = fig.axes[0].title.get_window_extent()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1  # nothing clipped at either edge
+
+
+def test_run_title_tells_wrapped_and_in_process_policies_apart():
+    plain = run_title({"run": RUN, "episodes": 1})
+    wrapped = run_title({"run": {**RUN, "policy": "graphif"}, "episodes": 1})
+    local = run_title({"run": {**RUN, "policy": "transformers", "models": {}, "policy_model": "smollm2-135m"}})
+    assert " · policy my-model (http 127.0.0.1:8000) · " in plain and "1 episode ·" in plain
+    assert " · policy graphif over my-model (http 127.0.0.1:8000) · " in wrapped
+    assert " · policy transformers over smollm2-135m · " in local
+
+
+def test_results_table_marks_the_headline_defines_every_metric_and_says_why_n_a():
+    episodes = play(3, patience=1)  # "No." fails every turn: one-turn dialogues, nothing to recover in
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
+    summary = summary_of(episodes) | {"headline_metric": env.headline_metric, "definitions": env.metric_definitions}
+    text = results_table(summary)
+    rows = {line.split()[0]: line for line in text.splitlines() if line and line.split()[0] in summary["strict"]}
+    assert rows["REC"].split()[1:4] == ["*", "n/a", "n/a"]  # marked as the headline, unmeasured strict and loose
+    assert rows["episodes"].split()[1] == "3" and rows["CSR"].split()[1] == "0.000"  # a count is a count
+    assert "* headline metric: REC" in text
+    for name in ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB", "loose"):
+        assert f"  {name}: " in text
+    assert "n/a: REC had nothing to measure in this run" in text
+
+
+def test_a_role_whose_replies_often_stop_at_max_tokens_gets_a_warning():
+    usage = {"policy": {"calls": 40, "max_tokens_stops": 12}, "judge": {"calls": 40, "max_tokens_stops": 1}}
+    assert max_tokens_warnings(usage) == [
+        "warning: 12 of 40 policy replies (30%) stopped at max_tokens (finish_reason 'length'), cut mid-answer; "
+        "raise the policy model's max_tokens"
+    ]
+
+
+def test_a_sweep_shows_the_headline_metric_first_in_its_table_and_plot(tmp_path):
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
+    jobs = [
+        {
+            "job": k,
+            "overrides": [f"env.patience={k + 1}"],
+            "folder": str(tmp_path / str(k)),
+            "summary": summary_of(play(2, patience=k + 1))
+            | {"headline": list(env.headline_metrics), "headline_metric": env.headline_metric},
+        }
+        for k in range(2)
+    ]
+    files = write_sweep(jobs, tmp_path)
+    header = files["table_text"].splitlines()[1]
+    assert header.split("|")[5].strip() == "REC (strict)"  # REC was not among the first four before
+    assert "strict/REC" in files["sweep_table"].read_text(encoding="utf-8").splitlines()[0]
+    assert files["sweep_plot"].read_bytes()[:4] == b"\x89PNG"

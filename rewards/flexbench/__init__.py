@@ -112,7 +112,9 @@ from ifgym.rewards.flexbench.judges import (
 )
 from ifgym.rewards.flexbench.pipeline import build_dimensions
 from ifgym.rewards.flexbench.report import (
+    DEFINITIONS,
     HEADLINE,
+    HEADLINE_METRIC,
     FlexRow,
     consistency,
     dimension_table,
@@ -163,6 +165,8 @@ __all__ = [
     "DEFAULT_DIMENSION_MODE",
     "DIMENSIONS_SUFFIX",
     "HEADLINE",
+    "HEADLINE_METRIC",
+    "DEFINITIONS",
     "REWARDS",
     "dimension_names",
     "episode_dimensions",

@@ -95,6 +95,17 @@ HEADLINE: tuple[str, ...] = (
     "achievement_pooled",
     "compliance_pooled",
 )
+HEADLINE_METRIC = "score"  # the one a run is read by first
+# One line per metric, printed under the results table.
+DEFINITIONS: dict[str, str] = {
+    "coverage": "base actions of the SOP attempted, per call, averaged over calls",
+    "achievement": "branches done right where they applied, per call, averaged (n/a: no branch applied)",
+    "compliance": "always-on rules kept, per call, averaged over calls",
+    "score": "per call mean(coverage, achievement) x compliance, averaged over calls",
+    "coverage_pooled": "coverage as a ratio of sums over all calls (each base action weighs the same)",
+    "achievement_pooled": "achievement as a ratio of sums over all calls",
+    "compliance_pooled": "compliance as a ratio of sums over all calls",
+}
 
 
 @dataclass(frozen=True, slots=True)

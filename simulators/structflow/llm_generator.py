@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +26,8 @@ from ifgym.llm import Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Topic
 from ifgym.simulators.structflow.format import INTRA_DEFINITIONS, USER_VOICES, Dialogue, DialogueTurn, Message, TaskType
 from ifgym.simulators.structflow.planner import GeneratorBase, TurnPlan
+
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # The LLM generation pipeline
@@ -210,6 +213,7 @@ class LLMDialogueGenerator(GeneratorBase):
         if not isinstance(max_retries, int) or isinstance(max_retries, bool) or max_retries < 0:
             raise ConfigError(f"max_retries must be an int >= 0, got {max_retries!r}")
         self.client = client
+        self.model = getattr(client, "model", None) or type(client).__name__  # named in the progress lines
         self.max_retries = max_retries
         self.stats = {"calls": 0, "retries": 0, "unstated": 0}
         self._lock = threading.Lock()
@@ -241,6 +245,8 @@ class LLMDialogueGenerator(GeneratorBase):
     def _ask(self, messages: list[Message], validate: Callable[[Any], Any], stage: str) -> Conversation[Any]:
         attempts = 0
         while True:
+            # progress of a reset that can take minutes on a CPU model (the CLI shows these INFO lines)
+            logger.info("generating a StructFlow dialogue with %s: %s, call %d", self.model, stage, attempts + 1)
             text = yield messages
             attempts += 1
             self._count("calls")

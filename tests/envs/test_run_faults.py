@@ -15,7 +15,7 @@ from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401
 from ifgym.cli import main
-from ifgym.envs.rollout import FailedEpisode, iter_records, read_episodes, run
+from ifgym.envs.rollout import STOP_MIN_ATTEMPTS, FailedEpisode, iter_records, read_episodes, run
 from ifgym.errors import RunStoppedError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
@@ -80,7 +80,8 @@ def test_a_failing_episode_is_a_failed_line_and_the_run_goes_on(tmp_path):
         "episodes": 2,
         "of": 5,
         "by_type": {"ValueError": 2},
-        "examples": {"ValueError": "wrapper bug"},
+        "by_status": {},  # no model server answered
+        "examples": {"ValueError": ["wrapper bug"]},  # the same message is kept once
         "seeds": [1, 3],
     }
     assert [e.seed for e in read_episodes(out)] == [0, 2, 4]  # readers of finished episodes skip failed lines
@@ -108,8 +109,45 @@ def test_too_many_failures_stop_the_run_naming_the_commonest_error(tmp_path):
     env, policy = buggy_env_and_policy(set(range(20)), at=1, message="bad reply parser")
     with pytest.raises(RunStoppedError, match=r"ValueError \(3 episodes\): bad reply parser") as info:
         run(env, policy, range(10), output=out, run_key="k", progress=False, concurrency=1)
-    assert "3 of 10 episodes failed, more than max_failure_rate=0.2" in str(info.value)
+    assert "3 of the 10 episodes this run plays have failed, more than max_failure_rate=0.2" in str(info.value)
     assert len(out.read_text().splitlines()) == 3  # 0.2 x 10 = 2 failures allowed; the third stops the run
+
+
+def test_the_stop_rule_judges_a_sample_of_what_this_run_attempted(tmp_path):
+    # every third seed fails (33%): too few failures to be sure of 100 episodes' share, so the rule waits for
+    # 20 attempts (STOP_MIN_ATTEMPTS) and then sees 7 of 20 > 0.2
+    out = tmp_path / "e.jsonl"
+    env, policy = buggy_env_and_policy(set(range(0, 100, 3)), at=1)
+    with pytest.raises(RunStoppedError, match=r"7 of the 20 episodes this run attempted failed"):
+        run(env, policy, range(100), output=out, run_key="k", progress=False, concurrency=1)
+    assert len(out.read_text().splitlines()) == STOP_MIN_ATTEMPTS == 20
+
+
+def test_a_rerun_after_many_failures_finishes_every_failed_seed_in_one_go(tmp_path):
+    out = tmp_path / "e.jsonl"
+    bad = set(range(0, 40, 2)) - {0, 2}  # 18 of 40 seeds fail
+    env, policy = buggy_env_and_policy(bad, at=1)
+    first = run(env, policy, range(40), output=out, run_key="k", progress=False, max_failure_rate=1)
+    assert len(first.failed) == 18
+    # the bug is still there: the rerun is judged on the 18 it retries (more than 0.2 x 18 failing stops it)
+    with pytest.raises(RunStoppedError, match=r"4 of the 18 episodes this run plays have failed"):
+        run(env, policy, range(40), output=out, run_key="k", progress=False, concurrency=1)
+    assert len(out.read_text().splitlines()) == 44
+    # the bug is fixed: the 18 failures in the file do not count, one rerun finishes them all
+    env, policy = buggy_env_and_policy(set())
+    fixed = run(env, policy, range(40), output=out, run_key="k", progress=False)
+    assert len(fixed.episodes) == 40 and fixed.failed == []
+    assert len(out.read_text().splitlines()) == 44 + 18
+
+
+def test_a_failure_with_nothing_left_to_play_ends_the_run_without_a_stop(tmp_path):
+    # max_failure_rate=0 stops at the first failure while seeds are left; the last seed's failure has none to spare
+    env, policy = buggy_env_and_policy({4}, at=1)
+    result = run(env, policy, range(5), progress=False, concurrency=1, max_failure_rate=0)
+    assert [f.seed for f in result.failed] == [4] and len(result.episodes) == 4
+    env, policy = buggy_env_and_policy({3}, at=1)
+    with pytest.raises(RunStoppedError, match="1 of the 5 episodes this run plays have failed"):
+        run(env, policy, range(5), progress=False, concurrency=1, max_failure_rate=0)
 
 
 def test_secrets_never_reach_the_failed_line(tmp_path, monkeypatch):
@@ -139,7 +177,7 @@ def test_model_server_errors_fail_one_episode_not_the_run(tmp_path):
         client = make_client(LLMConfig(base_url=server.base_url, model="canned-model", max_retries=0), "policy")
         result = run(make_env, lambda: ChatPolicy(client), range(6), progress=False, concurrency=1)
     assert [f.seed for f in result.failed] == [0]
-    assert result.failed[0].error["type"] == "BackendError"
+    assert result.failed[0].error["type"] == "ServerError" and result.failed[0].error["status"] == 500
     assert "500" in result.failed[0].error["message"]
     assert [e.seed for e in result.episodes] == [1, 2, 3, 4, 5]
 
@@ -163,10 +201,10 @@ def test_cli_reports_failures_in_table_and_summary_and_exits_non_zero(tmp_path, 
         ]
         assert main(args) == 1
         captured = capsys.readouterr()
-        assert "failed episodes: 1 of 5 (BackendError 1)" in captured.out
+        assert "failed episodes: 1 of 5 (ServerError 1; HTTP 500 1)" in captured.out
         assert "episodes failed (1 of 5 in" in captured.err
         summary = json.loads((tmp_path / "summary.json").read_text())
-        assert summary["episodes"] == 4 and summary["failures"]["by_type"] == {"BackendError": 1}
+        assert summary["episodes"] == 4 and summary["failures"]["by_type"] == {"ServerError": 1}
         # the rerun retries seed 0 (the server now answers) and exits 0
         assert main(args) == 0
     assert [e.seed for e in read_episodes(out)] == [1, 2, 3, 4, 0]

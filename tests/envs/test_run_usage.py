@@ -16,7 +16,7 @@ from support.canned_server import CannedServer, eval_args
 
 import ifgym  # noqa: F401
 from ifgym.cli import main
-from ifgym.envs.rollout import EpisodeLog, run, usage_totals
+from ifgym.envs.rollout import EpisodeLog, claim_output, run, usage_totals
 from ifgym.errors import ConfigError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy
@@ -78,3 +78,31 @@ def test_a_second_writer_on_the_same_output_is_refused(tmp_path):
     # once the first writer is gone, the file is free again
     log = EpisodeLog(out, "k")
     log.close()
+
+
+def test_a_claimed_output_is_lent_to_the_run_inside_the_claim_and_refused_to_any_other_writer(tmp_path):
+    from ifgym.policies import ScriptedPolicy
+
+    out = tmp_path / "e.jsonl"
+    lock = tmp_path / ".e.jsonl.lock"
+    with claim_output(out):
+        with pytest.raises(ConfigError, match=r"is being written by another ifgym run \(pid \d+\)"):
+            with claim_output(out):  # a second claim, even in this process
+                pass
+        log = EpisodeLog(out, "k")  # the claim is lent to one user at a time
+        with pytest.raises(ConfigError, match="is being written by another ifgym run"):
+            EpisodeLog(out, "k")
+        log.close()  # given back to the claim, which still holds the file
+        result = run(
+            lambda: gym.make("ifgym/EvolIF-v1", max_turns=2),
+            lambda: ScriptedPolicy(["A reply."]),
+            [0, 1],
+            output=out,
+            run_key="k",
+            progress=False,
+        )
+        assert len(result.episodes) == 2
+    assert lock.exists()  # episodes were written: the lock file stays beside them
+    with claim_output(tmp_path / "none.jsonl"):
+        assert (tmp_path / ".none.jsonl.lock").exists()
+    assert not (tmp_path / ".none.jsonl.lock").exists()  # nothing written: nothing left behind

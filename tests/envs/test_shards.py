@@ -15,6 +15,7 @@ from support.canned_server import CannedServer, eval_args
 from ifgym.cli import main
 from ifgym.envs.shards import Shard
 from ifgym.errors import ConfigError
+from ifgym.llm import Usage
 
 RUN = ["eval", "policy=scripted", "env.max_turns=2", "progress=false", "ci_resamples=200"]
 
@@ -158,6 +159,57 @@ def test_two_different_finished_episodes_of_one_seed_are_an_error(tmp_path, caps
     assert "seed 2 has two different finished episodes" in err
     assert "episodes.shard-0-of-2.jsonl:2" in err and "episodes.shard-0-of-3.jsonl:1" in err
     assert not (tmp_path / "episodes.jsonl").exists()  # nothing picked silently
+
+
+TIMED = ["policy=truncation", "policy.base=scripted", "policy.replies=[A reply.]"]  # records per-turn wall time
+
+
+def test_overlapping_shards_that_agree_on_the_dialogue_merge_though_their_timings_differ(tmp_path):
+    # two shard counts played seed 0 each, in folders of their own (a shard skips seeds finished beside it)
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder, shard in ((a, "0/2"), (b, "0/3")):
+        assert main([*RUN, *TIMED, "episodes=4", f"output={folder / 'episodes.jsonl'}", f"shard={shard}"]) == 0
+    for name in ("episodes.shard-0-of-3.jsonl", "run.shard-0-of-3.json"):
+        shutil.copy(b / name, a / name)
+    (first,), (second,) = (lines_by_seed(a / f"episodes.shard-0-of-{n}.jsonl")[0] for n in (2, 3))
+    assert first != second  # the same dialogue, timed twice
+    costs = [json.loads(line)["meta"]["policy_trace"]["costs"] for line in (first, second)]
+    assert [c["seconds"] for c in costs[0]] != [c["seconds"] for c in costs[1]]
+    assert json.loads(first)["turns"] == json.loads(second)["turns"]
+
+    assert main(["merge", str(a)]) == 0
+    merged = lines_by_seed(a / "episodes.jsonl")
+    assert sorted(merged) == [0, 2, 3]
+    assert merged[0] == [first, second]  # both plays are kept (their calls were made); the last is the record
+    summary = json.loads((a / "summary.json").read_text())
+    assert summary["episodes"] == 3 and summary["failures"]["episodes"] == 0
+    assert main(["merge", str(a)]) == 0  # merging again changes nothing
+    assert lines_by_seed(a / "episodes.jsonl") == merged
+
+
+@pytest.mark.parametrize(
+    ("change", "agree"),
+    [
+        (lambda r: r["meta"]["usage"].update(policy={**Usage().to_json(), "retries": 3}), True),  # a flaky server
+        (lambda r: r["meta"]["policy_usage"].update(calls=99), True),  # the policy's calls: cost
+        (lambda r: r["meta"]["policy_trace"]["costs"][0].update(seconds=12.5), True),  # wall time: cost
+        (lambda r: r["turns"][0]["verdicts"][0].update(label="unknown"), False),  # another verdict: another episode
+        (lambda r: r["turns"][0].update(user="Something else."), False),  # another user turn
+        (lambda r: r.update(done_reason="max_turns_was_different"), False),  # another ending
+    ],
+)
+def test_overlapping_episodes_differ_only_in_content_not_in_cost(tmp_path, capsys, change, agree):
+    shard_runs(tmp_path, episodes=4, extra=TIMED)
+    (line,) = lines_by_seed(tmp_path / "episodes.shard-0-of-2.jsonl")[2]
+    other = json.loads(line)
+    change(other)
+    overlapping_shard(tmp_path, [json.dumps(other)])
+    assert main(["merge", str(tmp_path)]) == (0 if agree else 2)
+    if agree:
+        assert lines_by_seed(tmp_path / "episodes.jsonl")[2] == [line, json.dumps(other)]
+    else:
+        assert "seed 2 has two different finished episodes" in capsys.readouterr().err
+        assert not (tmp_path / "episodes.jsonl").exists()
 
 
 def test_shards_of_another_configuration_are_refused(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -52,7 +53,18 @@ def test_achat_returns_reply_and_counts_usage():
         "retries": 0,
         "cleaned": 0,
         "truncated": 0,
+        "max_tokens_stops": 0,
     }
+
+
+def test_replies_cut_at_max_tokens_are_counted_per_role():
+    # the server stops a reply at max_tokens and says so (finish_reason "length"); the client counts them
+    with CannedServer(replies=["one two three four five six", "short"]) as srv:
+        client = http_client(srv, "judge", max_tokens=4)
+        cut, whole = client.chat(HI), client.chat(HI)
+    assert (cut.text, cut.finish_reason) == ("one two three four", "length")
+    assert (whole.text, whole.finish_reason) == ("short", "stop")
+    assert client.usage.max_tokens_stops == 1 and client.usage.calls == 2
 
 
 def test_achat_works_across_separate_event_loops():
@@ -473,3 +485,27 @@ def test_resolve_client_names_the_argument_it_refuses(kwargs, named):
     with pytest.raises(ConfigError, match=named) as err:
         resolve_client("gpt-4o", "user", **kwargs)
     assert "'gpt-4o'" in str(err.value) and "LLMConfig" in str(err.value)
+
+
+def test_a_built_client_names_its_model_once(caplog):
+    # gym.make(..., user_llm=CONFIG) builds the client: which model plays the role is said once per process
+    with CannedServer() as srv, caplog.at_level(logging.INFO, logger="ifgym"):
+        config = {"base_url": srv.base_url, "model": srv.model, "api_key_env": None}
+        for _ in range(2):
+            resolve_client(config, "judge")
+        given = http_client(srv, "user")
+        assert resolve_client(given, "user") is given  # a client passed in is the caller's own: not announced
+        host = srv.base_url.split("//")[1].split("/")[0]
+    said = [r.getMessage() for r in caplog.records if r.name == "ifgym.llm.client"]
+    assert said == [f"the judge is played by canned-model (http {host})"]
+
+
+def test_the_embedded_model_is_announced_as_a_warning_before_it_loads(caplog):
+    pytest.importorskip("llama_cpp")  # the client is built, never called: no model is loaded
+    with caplog.at_level(logging.WARNING, logger="ifgym"):
+        resolve_client({"embedded_model": "smollm2-135m"}, "user")
+    (record,) = [r for r in caplog.records if r.name == "ifgym.llm.client"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "the user is played by the embedded model smollm2-135m (embedded), on this CPU"
+    )

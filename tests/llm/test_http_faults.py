@@ -82,10 +82,10 @@ def test_lone_surrogates_are_cleaned_both_ways_and_counted():
 def test_an_over_long_reply_is_cut_and_counted_or_fails_as_configured():
     long = "word " * 30_000  # 150,000 characters
     with CannedServer(replies=[long]) as server:
-        cut = client_for(server, max_reply_chars=1000)
+        cut = client_for(server, max_reply_chars=1000, max_tokens=40_000)  # a reply the server does not cut
         out = cut.chat(HI)
         assert len(out.text) == 1000 and out.truncated and cut.usage.truncated == 1
-        strict = client_for(server, max_reply_chars=1000, long_reply="fail")
+        strict = client_for(server, max_reply_chars=1000, long_reply="fail", max_tokens=40_000)
         with pytest.raises(ReplyTooLongError, match="150,000 characters, more than max_reply_chars=1,000"):
             strict.chat(HI)
         assert strict.usage.calls == 1  # the call was made and is counted
@@ -130,7 +130,7 @@ def test_a_run_records_each_fault_on_its_own_episode_and_finishes(tmp_path):
             max_failure_rate=1,
         )
     types = [f.error["type"] for f in result.failed]
-    assert types == ["NonJSONReplyError", "HTMLReplyError", "NullContentError", "NoChoicesError", "BackendError"]
+    assert types == ["NonJSONReplyError", "HTMLReplyError", "NullContentError", "NoChoicesError", "ServerError"]
     assert [e.seed for e in result.episodes] == [5, 6, 7]
     # the cleaned replies were written (no UnicodeEncodeError at the append) and read back
     assert all("\ufffd" in t.reply for e in read_episodes(out) for t in e.turns)

@@ -195,6 +195,9 @@ def test_a_passing_judge_is_audited_once_and_recorded(tmp_path, capsys, monkeypa
     assert audit_record["passed"] and audit_record["cached"] and audit_record["accuracy"] == 1.0
     assert summary["judge"]["mode"] == "blind" and "trusted_below_floor" not in summary["judge"]
     assert "audit (short gold set, evolif) passed: accuracy 1.00" in out
+    # env.id=ifgym/EvolIF-v1 with judge=llm plays ifgym/EvolIF-LLM-v1: the header and the protocol say the same
+    assert summary["run"]["env"] == summary["protocol"]["env_id"] == "ifgym/EvolIF-LLM-v1"
+    assert "protocol: ifgym/EvolIF-LLM-v1 (" in out and "run: ifgym/EvolIF-LLM-v1 · " in out
 
 
 def test_judge_mode_reaches_the_env_and_the_summary(tmp_path, capsys, monkeypatch):
@@ -216,13 +219,13 @@ def test_judge_audit_command_prints_and_writes_the_report(tmp_path, capsys):
                 f"judge.llm.base_url={server.base_url}",
                 "judge.llm.model=canned-model",
                 "suites=evolif,structflow",
-                "set=short",
                 f"out={out}",
             ]
         )
     assert code == 0
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
+    # the short set by default: a screen in seconds on a served judge (set=full before reporting one)
     assert set(report["suites"]) == {"evolif", "structflow"} and report["set"] == "short"
     assert "evolif [pass]" in printed and "structflow [pass]" in printed
 

@@ -92,8 +92,10 @@ E6 = episode(
         ("ROB", [E1, E2], 7 / 12),
         ("failed_turns", [E1, E2], 3.0),
         ("unknown", [E1, E2], 0.0),
-        # E3 has no failure: REC is defined as 1.0 (nothing to recover from), not NaN
-        ("REC", [E3], 1.0),
+        # E3 has no failure: REC was never measured, so NaN (n/a), not a perfect 1.0
+        ("REC", [E3], math.nan),
+        # E1 recovered its one recoverable failure; E3's 1.0 (nothing left unrecovered) joins the mean
+        ("REC", [E1, E3], 1.0),
         ("ISR", [E3], 1.0),
         ("EDR_lss", [E3], 2.0),
         # E4: csr over the 3 turns that have one: (1 + 0 + 1) / 3
@@ -120,7 +122,7 @@ E6 = episode(
     ],
 )
 def test_summary_values_by_hand(name, episodes, expected):
-    assert metrics.summarize(episodes)[name] == pytest.approx(expected)
+    assert metrics.summarize(episodes)[name] == pytest.approx(expected, nan_ok=True)
 
 
 def test_function_api_matches_summary():
@@ -169,7 +171,7 @@ def test_turn_without_constraints_passes_vacuously_like_the_patience():
 def test_nothing_determinable_gives_nan_not_a_made_up_number():
     s = metrics.summarize([E5])
     assert math.isnan(s["CSR"]) and math.isnan(s["ISR"]) and math.isnan(s["ROB"])
-    assert s["REC"] == 1.0  # no failure
+    assert math.isnan(s["REC"])  # no failure with a next turn: nothing to recover
     assert s["unknown"] == 1.0
 
 
@@ -258,8 +260,9 @@ REC_EDGES = [
     ("FFF", "patience", 0.0, 0.0),  # 0 recoveries / (3 - 0 - 1) failures with a next turn
     ("PFPFFF", "patience", 1 / 3, 1 / 3),  # 1 / (6 - 2 - 1)
     ("FPFFF", "patience", 1 / 3, 1 / 3),  # 1 / (5 - 1 - 1)
-    ("PPP", "script_end", 0.0, 1.0),  # script: 0 / -1 (prints 0.0); ifgym: no failure, nothing to recover
-    ("PPF", "script_end", math.nan, 1.0),  # script: 0 / 0; ifgym: the only failure has no next turn
+    # alone in a run, a dialogue with no failure that has a next turn leaves REC unmeasured: n/a (NaN)
+    ("PPP", "script_end", 0.0, math.nan),  # script: 0 / -1 (prints 0.0); ifgym: no failure, nothing to recover
+    ("PPF", "script_end", math.nan, math.nan),  # script: 0 / 0; ifgym: the only failure has no next turn
     ("PFP", "script_end", math.inf, 1.0),  # script: 1 / 0; ifgym: 1 recovered of 1
     ("PFPFP", "script_end", 2.0, 1.0),  # script: 2 / 1; ifgym: 2 of 2
 ]
@@ -273,7 +276,16 @@ def test_rec_edge_cases_against_score_py(pattern: str, done: str, script: float,
         assert math.isnan(got)
     else:
         assert got == script
-    assert metrics.recovery([dialogue]) == pytest.approx(ours)
+    assert metrics.recovery([dialogue]) == pytest.approx(ours, nan_ok=True)
+
+
+def test_a_model_that_never_passes_has_no_perfect_rec() -> None:
+    # the issue's run: one-turn dialogues that all fail (CSR 0): no failure had a next turn, so REC is n/a
+    never = [_dialogue("F", "patience") for _ in range(3)]
+    s = metrics.summarize(never)
+    assert s["CSR"] == 0.0 and math.isnan(s["REC"])
+    assert metrics.episode_metrics(never[0]).rec == 1.0  # per dialogue, nothing was left unrecovered
+    assert math.isnan(metrics.recovery_script(never))  # EvolIF's arithmetic stays available: 0 / 0 per dialogue
 
 
 def test_rec_script_mean_carries_the_scripts_edge_values() -> None:

@@ -125,6 +125,18 @@ def test_preferences_without_several_replies_warn():
     assert report.rows == 0 and "several runs" in report.warnings[0]
 
 
+def test_an_export_with_no_rows_writes_nothing_and_says_why(tmp_path):
+    # an empty file would load in `datasets` as a bare StopIteration; an old file keeps its rows
+    out = tmp_path / "pairs.jsonl"
+    out.write_text('{"kept": true}\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"export preferences: no rows to write \(prompts 1, .*several runs"):
+        export("preferences", [ep("a", 0, turn(0, "hi", "hello", 1.0))], out)
+    assert out.read_text(encoding="utf-8") == '{"kept": true}\n'
+    with pytest.raises(ConfigError, match="export sft: no rows to write"):
+        export("sft", [ep("a", 0, turn(0, "hi", "HELLO", 0.0))], tmp_path / "sft.jsonl")
+    assert not (tmp_path / "sft.jsonl").exists()
+
+
 def test_cli_counts_and_warns_about_rows_the_reward_cannot_score(tmp_path, played, capsys):
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text("".join(e.to_jsonl() + "\n" for e in played), encoding="utf-8")
@@ -137,9 +149,11 @@ def test_cli_counts_and_warns_about_rows_the_reward_cannot_score(tmp_path, playe
     assert unscorable
     assert f"unscorable without judge {len(unscorable)})" in captured.out
     assert f"ifgym: warning: {len(unscorable)} of {len(rows)} rows hold nothing the reward can score" in captured.err
-    # several files in, preferences out
+    # several files in, preferences out: the same file twice holds one reply per prompt, so no pair, and no file
     pairs = tmp_path / "pairs.jsonl"
-    assert main(["export", "preferences", str(episodes), str(episodes), str(pairs), "margin=0.2"]) == 0
-    assert "duplicate replies" in capsys.readouterr().out
+    assert main(["export", "preferences", str(episodes), str(episodes), str(pairs), "margin=0.2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ifgym: error: export preferences: no rows to write (") and "duplicate replies" in err
+    assert "several runs" in err and f"nothing was written to {pairs}" in err and not pairs.exists()
     assert main(["export", "turns", str(episodes), str(episodes)]) == 2
     assert "is one of the episode files" in capsys.readouterr().err

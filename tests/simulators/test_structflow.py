@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import re
 from collections import Counter
 from itertools import combinations
@@ -715,3 +716,22 @@ def test_replay_episode_through_a_real_http_server(dataset, raw):
     assert golden[:60] in second.split("</history>")[0] and "POLICY REPLY" not in second.split("<reply>")[0]
     assert raw[0]["whole_conv"][1]["user prompt"] in second.split("<request>")[1]
     assert "<reply>\nPOLICY REPLY about photosynthesis.\n</reply>" in second
+
+
+def test_a_generating_reset_says_which_models_play_and_shows_its_progress(caplog):
+    # StructFlow-LLM's reset writes a whole dialogue with the user model (minutes on a CPU model): each call is
+    # an INFO line, and the models are named when the env is made
+    with CannedServer(lambda body: scripted()(body["messages"])) as server:
+        config = {"base_url": server.base_url, "model": server.model, "api_key_env": None}
+        with caplog.at_level(logging.INFO, logger="ifgym"):
+            env = gym.make("ifgym/StructFlow-LLM-v0", user_llm=config, judge_llm=config)
+            env.reset(seed=0, options=PIN)
+        host = server.base_url.split("//")[1].split("/")[0]
+    said = [r.getMessage() for r in caplog.records if r.name == "ifgym.llm.client"]
+    assert said == [
+        f"the user is played by canned-model (http {host})",
+        f"the judge is played by canned-model (http {host})",
+    ]
+    steps = [r.getMessage() for r in caplog.records if r.name == "ifgym.simulators.structflow.llm_generator"]
+    stages = ["plan", "prompts", *(f"checklist c{i}" for i in range(1, 5))]  # one checklist call per turn
+    assert steps == [f"generating a StructFlow dialogue with canned-model: {s}, call 1" for s in stages]

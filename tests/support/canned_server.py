@@ -12,12 +12,18 @@ and ``GET /v1/models``. A request with ``"stream": true`` gets the same reply as
 events, as OpenAI streams it: ``chat.completion.chunk`` events (the role, the text in pieces, the
 finish reason; then the usage in a chunk without choices when ``stream_options.include_usage``
 is set) and ``data: [DONE]``. A request for another model gets a 404 with an OpenAI-style error body.
+A reply longer than the request's ``max_tokens`` (counted in words) is cut there, finish reason ``length``.
 ``faults`` are (status, headers) pairs answered to the first chat requests, in order, e.g.
 ``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the body to send instead
 of an OpenAI-style error: a dict is sent as JSON (e.g. ``(200, {}, {"choices": []})`` for a
 malformed answer), a string as it is, labelled ``text/html`` unless the fault's headers set a
 ``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
-error page from a gateway).
+error page from a gateway). A fault of status ``0`` closes the connection without answering a byte
+(a server that crashed or reset the connection).
+``list_models=False`` makes ``GET /v1/models`` answer 404 (a server without the listing), ``also_lists``
+names more models it lists (it serves only ``model``), and ``api_key`` makes every request without
+``Authorization: Bearer <api_key>`` get a 401, listing included. With ``slots=N`` it presents itself as
+llama.cpp's server does: its models are ``owned_by: llamacpp`` and ``GET /props`` gives ``total_slots``.
 The server stops itself after ``ttl`` seconds or ``max_requests`` requests, so a forgotten
 server cannot hang a test run. Connections are kept alive (HTTP/1.1), as model servers keep them,
 so a client's connection pool is exercised; stopping closes them.
@@ -26,10 +32,10 @@ Run as a program (``python tests/support/canned_server.py --delay 0.2``) it serv
 its own (benchmarks: its CPU is not the client's, and it holds no GIL the client needs), prints its
 base URL, and on end of standard input prints the CPU seconds it spent serving and exits.
 
-What it records: ``requests`` (every chat request body, faulted ones included, in arrival order),
-``statuses`` (the status answered to each), ``headers`` (each one's request headers, names
-lower-cased), ``ports`` (the client port each came from: one per connection) and ``max_in_flight``
-(the most chat requests being served at the same time).
+What it records: ``gets`` (the path of every GET), ``requests`` (every chat request body, faulted
+ones included, in arrival order), ``statuses`` (the status answered to each), ``headers`` (each
+one's request headers, names lower-cased), ``ports`` (the client port each came from: one per
+connection) and ``max_in_flight`` (the most chat requests being served at the same time).
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ class CannedServer:
         include_usage: bool = True,
         max_requests: int = 1000,
         ttl: float = 120.0,
+        list_models: bool = True,
+        also_lists: Sequence[str] = (),
+        api_key: str | None = None,
+        slots: int | None = None,
     ):
         if isinstance(replies, str) or (not callable(replies) and not replies):
             raise ValueError("replies must be a non-empty list of strings or a function body -> str")
@@ -71,6 +81,11 @@ class CannedServer:
         self.include_usage = include_usage
         self.max_requests = max_requests
         self.ttl = ttl
+        self.list_models = list_models
+        self.also_lists = list(also_lists)
+        self.api_key = api_key
+        self.slots = slots
+        self.gets: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
         self.headers: list[dict[str, str]] = []
@@ -164,13 +179,17 @@ class CannedServer:
                 text = self.replies[self._next_reply % len(self.replies)]
                 self._next_reply += 1
         prompt = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        finish = "stop"
+        limit = body.get("max_tokens")
+        if isinstance(limit, int) and len(text.split()) > limit:  # as a model server does: cut at max_tokens
+            text, finish = " ".join(text.split()[:limit]), "length"
         completion = len(text.split())
         out: dict[str, Any] = {
             "id": f"chatcmpl-canned-{index}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         }
         if self.include_usage:
             out["usage"] = {
@@ -225,12 +244,28 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (a timeout test)
             pass
 
+    def _refused_key(self) -> bool:
+        """Answer 401 (True) when the server wants a key and the request does not carry it."""
+        key = self.canned.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._send(401, _error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"))
+        return True
+
     def do_GET(self) -> None:  # noqa: N802 - name fixed by http.server
         if not self.canned._count_request():
             return self._send(503, _error_body("server stopped (max_requests)", "server_error", None))
-        if urllib.parse.urlsplit(self.path).path.rstrip("/") == "/v1/models":
-            model = {"id": self.canned.model, "object": "model", "created": 0, "owned_by": "ifgym-tests"}
-            return self._send(200, {"object": "list", "data": [model]})
+        with self.canned._lock:
+            self.canned.gets.append(self.path)
+        if self._refused_key():
+            return
+        if self.canned.list_models and urllib.parse.urlsplit(self.path).path.rstrip("/") == "/v1/models":
+            ids = [self.canned.model, *self.canned.also_lists]
+            owner = "ifgym-tests" if self.canned.slots is None else "llamacpp"
+            models = [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]
+            return self._send(200, {"object": "list", "data": models})
+        if self.canned.slots is not None and urllib.parse.urlsplit(self.path).path == "/props":
+            return self._send(200, {"total_slots": self.canned.slots, "model_path": f"{self.canned.model}.gguf"})
         self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
 
     def do_POST(self) -> None:  # noqa: N802 - name fixed by http.server
@@ -239,6 +274,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.canned._count_request():
             return self._send(503, _error_body("server stopped (max_requests)", "server_error", None))
         self.canned.targets.append(self.path)
+        if self._refused_key():
+            return
         # a target in absolute form (a request through a proxy) is served too, as HTTP/1.1 servers must
         if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
             return self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
@@ -258,6 +295,10 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with srv._lock:
                 srv._in_flight -= 1
+        if status == 0:  # a crash or reset: the connection closes before any byte of an answer
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
         if status == 200 and body.get("stream"):
             return self._stream(out, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
         self._send(status, out, headers)
@@ -272,7 +313,7 @@ class _Handler(BaseHTTPRequestHandler):
 
         pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
         events = [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces)]
-        events.append(chunk({}, "stop"))
+        events.append(chunk({}, out["choices"][0]["finish_reason"]))
         if include_usage and "usage" in out:
             events.append({**base, "choices": [], "usage": out["usage"]})
         data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
