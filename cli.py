@@ -53,6 +53,8 @@ commands:
   merge RUN_FOLDER | SHARD_FILES...  combine the shard files of a run (eval shard=I/N wrote
                              episodes.shard-I-of-N.jsonl) into its episodes.jsonl, one record per seed, and write its
                              summary and plots as eval does; shards of another configuration are refused
+  rescore RUN [KEY=VALUE ...]  judge a run's replies again without calling the policy, into a new run folder:
+                             judge=rules|llm judge.KEY=VALUE checker_semantics=ifgym|evolif out=FOLDER cache=DIR
   export SCHEMA EPISODES... OUT [KEY=VALUE ...]  training data from episodes JSONL files, one schema:
                              prompts (GRPO/PPO rows for ifgym.rewards.trl.TurnReward), sft (passing turns;
                              min_reward=1.0), preferences (DPO pairs of replies to the same prompt; margin=0.1
@@ -75,7 +77,18 @@ policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=
 
 GROUPS = ("env", "policy", "judge", "logger")
 TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
-COMMANDS = ("eval", "train", "judge-audit", "compare", "merge", "export", "flexbench-dimensions", "view", "agreement")
+COMMANDS = (
+    "eval",
+    "train",
+    "judge-audit",
+    "compare",
+    "merge",
+    "rescore",
+    "export",
+    "flexbench-dimensions",
+    "view",
+    "agreement",
+)
 
 
 def group_options(group: str, config_dir: str | None = None) -> list[str]:
@@ -263,6 +276,16 @@ def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
 
     clients[role] = make_client(settings, role, ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
     return clients[role]
+
+
+def use_cache(clients: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Give every client of the run the call cache `cache=DIR` names (one cache for every role); nothing when off."""
+    from ifgym.llm import CallCache
+
+    if resolved.get("cache"):
+        cache = CallCache(resolved["cache"], nondeterministic=bool(resolved.get("cache_nondeterministic")))
+        for client in clients.values():
+            client.cache = cache
 
 
 def check_model_servers(resolved: dict[str, Any], clients: dict[str, Any]) -> None:
@@ -593,6 +616,7 @@ def evaluate(
         make_policy = build_policy(resolved["policy"], clients)
         make_env = build_env(resolved["env"], resolved["judge"], clients)
         check_model_servers(resolved, clients)  # a wrong URL, key or model ends the run here, before any call
+        use_cache(clients, resolved)
         first_env = make_env().unwrapped
         judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
@@ -1351,6 +1375,83 @@ def merge_runs(args: list[str]) -> int:
     return 0
 
 
+def rescore_run(args: list[str]) -> int:
+    """`ifgym rescore RUN [KEY=VALUE ...]`: RUN's replies judged again into a new run folder (see `ifgym.rescore`).
+
+    The env, judge clients, audit, run record and report are made as `ifgym eval` makes them; the policy is never
+    built. Returns 1 when episodes failed, as eval does.
+    """
+    from omegaconf import OmegaConf
+
+    from ifgym.envs.rollout import failure_summary
+    from ifgym.errors import ConfigError
+    from ifgym.records import RunRecord
+    from ifgym.report import write_summary
+    from ifgym.rescore import endings_that_differ, judge_named, plan, rescore_episodes, user_reacts
+
+    job = plan(args, lambda kind: OmegaConf.to_container(compose([f"judge={kind}"]).judge, resolve=True))
+    resolved, source = job.resolved, job.source_record
+    fill_request_limits(resolved, resolved["concurrency"])
+    clients: dict[str, Any] = {}
+    make_env = build_env(resolved["env"], resolved["judge"], clients)
+    use_cache(clients, resolved)
+    env = make_env()
+    judge_record = audit_judge(env.unwrapped, resolved["judge"], progress=resolved["progress"])
+    record = RunRecord(job.folder, config=resolved, key=job.key, command=["ifgym", "rescore", *args])
+    record.start(clients)
+    semantics = (
+        resolved["env"].get("checker_semantics", "ifgym"),
+        source["config"]["env"].get("checker_semantics", "ifgym"),
+    )
+    notes = {
+        "source": job.source,
+        "source_judge": judge_named(source["config"]["judge"], source.get("models", {}), semantics[1]),
+        "judge": judge_named(resolved["judge"], record.data["models"], semantics[0]),
+        "user_reacts_to_replies": user_reacts(env),
+        "scored_as_played": "the recorded user turns and endings are kept; the policy is not called",
+        "source_failed_seeds": job.failed_seeds,
+    }
+    record.data["rescore"] = notes
+    record.write()
+    print(
+        f"rescoring {len(job.seeds)} episodes of {job.source_file} (judge {resolved['judge']['kind']}, checker "
+        f"semantics {semantics[0]}) into {job.folder}; the policy is not called"
+        + (f"; {len(job.failed_seeds)} failed episodes of the source are not rescored" if job.failed_seeds else ""),
+        file=sys.stderr,
+    )
+    try:
+        result = rescore_episodes(job, make_env)
+        if not result.episodes:
+            kind, message = next(iter(result.failures["examples"].items()))
+            raise ConfigError(f"rescore: every episode failed; commonest error: {kind}: {message}")
+    except BaseException as exc:
+        record.fail(exc)
+        raise
+    notes["ending_would_differ"] = differs = endings_that_differ(result.episodes)
+    summary, _, _ = report_run(
+        env.unwrapped,
+        resolved,
+        job.folder / "episodes.jsonl",
+        result.episodes,
+        failure_summary(result.failed, len(job.seeds)),
+        worker_deaths=0,
+        judge_record=judge_record,
+        record=record,
+        roles=clients,
+        ci_settings=_ci_settings(resolved),
+    )
+    summary["rescore"] = notes
+    write_summary(summary, job.folder / "summary.json")
+    if notes["user_reacts_to_replies"]:
+        print("note: this env's user may answer other replies differently; the transcript is scored as played")
+    if differs:
+        print(
+            f"note: in {len(differs)} episodes (seeds {', '.join(map(str, differs))}) the new verdicts would have "
+            "ended the dialogue at another turn (meta.rescore.would_end); they are scored as played"
+        )
+    return 1 if result.failed else 0
+
+
 EXPORT_OPTIONS = {"min_reward": float, "margin": float, "pairs": str}
 
 
@@ -1573,6 +1674,8 @@ def main(argv: list[str] | None = None) -> int:
             return compare_runs(rest)
         if command == "merge":
             return merge_runs(rest)
+        if command == "rescore":
+            return rescore_run(rest)
         if command == "view":
             from ifgym.view import view_command
 

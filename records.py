@@ -68,6 +68,8 @@ OPERATIONAL_KEYS = (
     "max_failure_rate",
     "episode_timeout",
     "shard",
+    "cache",
+    "cache_nondeterministic",
 )
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 

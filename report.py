@@ -140,7 +140,11 @@ def results_table(summary: dict[str, Any]) -> str:
     if summary.get("failures", {}).get("episodes"):
         lines.append(failure_line(summary["failures"]))
     for role, usage in summary.get("usage", {}).items():
-        extra = [f"{usage[k]} {k}" for k in ("retries", "cleaned", "truncated", "max_tokens_stops") if usage.get(k)]
+        extra = [
+            f"{usage[k]} {k}"
+            for k in ("retries", "cleaned", "truncated", "max_tokens_stops", "cache_hits")
+            if usage.get(k)
+        ]
         lines.append(
             f"usage[{role}]: {usage['calls']} calls, {usage['prompt_tokens']} prompt + "
             f"{usage['completion_tokens']} completion tokens" + (f" ({', '.join(extra)})" if extra else "")

@@ -181,6 +181,12 @@ class EvalConf:
         0.2,
     )
     episode_timeout: float | None = _help("seconds an episode may run before it counts as failed (null: none)", 3600.0)
+    cache: str | None = _help(
+        "folder of a cache of model calls (policy, user, judge): a call made before is answered from it, counted "
+        "as cache_hits in usage; only deterministic calls (temperature 0) unless cache_nondeterministic; null: off",
+        None,
+    )
+    cache_nondeterministic: bool = _help("also cache sampled calls (temperature > 0): a re-run repeats them", False)
 
 
 @dataclass

@@ -7,6 +7,7 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
 - `conversation`: messages, `Usage` and `Completion`, `count_episode_usage`, the conversation
   drivers `converse`/`aconverse`, `ChatClient` (what every room needs from a client) and
   `CannedClient` (the test double);
+- `cache`: `CallCache`, model calls and their answers on disk (deterministic calls unless asked);
 - `client`: `LLMClient` (validates, limits, counts, cleans and cuts), `make_client`,
   `resolve_client` (a client as given, or one built from a config and `announce`d once: which model
   plays the role, `model_place`), and `check_servers` (each server asked once, before a run, whether
@@ -19,6 +20,7 @@ Heavy libraries load lazily: `import ifgym.llm` imports neither `aiohttp` nor `l
 first HTTP call imports `aiohttp`, the first embedded call imports `llama_cpp`.
 """
 
+from ifgym.llm.cache import CallCache
 from ifgym.llm.client import LLMClient, announce, check_servers, make_client, model_place, resolve_client
 from ifgym.llm.config import GEN_KEYS, LLM_CONFIG_FIELDS, PLACEHOLDER_API_KEY, LLMConfig, config_from_mapping
 from ifgym.llm.conversation import (
@@ -76,6 +78,7 @@ __all__ = [
     "SMOLLM_INSTALL",
     "SMOLLM_MODULE",
     "SMOLLM_NAME",
+    "CallCache",
     "CannedClient",
     "ChatClient",
     "Completion",

@@ -3,6 +3,7 @@
 A client serves one role (policy, user, judge): its own concurrency limit and usage counter. It
 validates and cleans the messages, sends them to its backend (HTTP or embedded), and counts, cleans
 and cuts the reply into a Completion; every call is also counted in the running episode's usage.
+With a `cache` (llm/cache.py) a call made before is answered from it and counted as a cache hit.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import asyncio
 import dataclasses
 import logging
 import threading
+import urllib.parse
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from ifgym.errors import ConfigError, NoChoicesError, ReplyTooLongError
+from ifgym.llm.cache import CallCache
 from ifgym.llm.config import LLMConfig, config_from_mapping, gen_params
 from ifgym.llm.conversation import (
     _EPISODE_USAGE,
@@ -38,17 +41,27 @@ class LLMClient:
     408/409/429/5xx and connection errors, honouring `retry-after`); without it, it runs the
     embedded llama.cpp model in process. Every failure is a BackendError that names the fix;
     `config_key` is where the settings were given (e.g. `policy.llm`), so a message names
-    `policy.llm.timeout` rather than `timeout`.
+    `policy.llm.timeout` rather than `timeout`. With `cache` (a CallCache), calls it holds are
+    answered from it (`usage.cache_hits`) and new ones stored.
     """
 
-    def __init__(self, config: LLMConfig, role: str = "policy", config_key: str | None = None):
+    def __init__(
+        self,
+        config: LLMConfig,
+        role: str = "policy",
+        config_key: str | None = None,
+        cache: CallCache | None = None,
+    ):
         if not isinstance(config, LLMConfig):
             raise ConfigError(f"LLMClient needs an LLMConfig (or use make_client with a mapping); got {config!r}")
         if not isinstance(role, str) or not role.strip():
             raise ConfigError(f"role must be a non-empty string such as 'policy', 'user' or 'judge'; got {role!r}")
+        if cache is not None and not isinstance(cache, CallCache):
+            raise ConfigError(f"cache must be a CallCache (ifgym.llm.CallCache(folder)) or None; got {cache!r}")
         self.config = config
         self.role = role
         self.config_key = config_key
+        self.cache = cache
         self.usage = Usage()
         self._usage_lock = threading.Lock()
         self._sync_limit = threading.BoundedSemaphore(config.concurrency)
@@ -72,7 +85,7 @@ class LLMClient:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
-        return (LLMClient, (self.config, self.role, self.config_key))
+        return (LLMClient, (self.config, self.role, self.config_key, self.cache))
 
     def __repr__(self) -> str:
         where = self.config.base_url or f"embedded:{self.model}"
@@ -94,24 +107,30 @@ class LLMClient:
         """One chat completion; `overrides` may set temperature, top_p, max_tokens, seed."""
         msgs = self._clean(validate_messages(messages))
         params = gen_params(self.config, overrides)
+        key, hit = self._cached(msgs, params)
+        if hit is not None:
+            return hit
         with self._sync_limit:
             if self._embedded is not None:
                 out = self._embedded.create_chat_completion(msgs, **params, **self.config.extra)
-                return self._from_embedded(out)
-            return self._from_server(self._http.chat(msgs, params))
+                return self._store(key, self._from_embedded(out))
+            return self._store(key, self._from_server(self._http.chat(msgs, params)))
 
     async def achat(self, messages: list[Message], **overrides: Any) -> Completion:
         """Async twin of chat; at most `config.concurrency` calls of this client run at once per loop."""
         msgs = self._clean(validate_messages(messages))
         params = gen_params(self.config, overrides)
+        key, hit = self._cached(msgs, params)
+        if hit is not None:
+            return hit
         sem, aclient = self._loop_state()
         async with sem:
             if self._embedded is not None:
                 out = await asyncio.to_thread(
                     self._embedded.create_chat_completion, msgs, **params, **self.config.extra
                 )
-                return self._from_embedded(out)
-            return self._from_server(await self._http.achat(aclient, msgs, params))
+                return self._store(key, self._from_embedded(out))
+            return self._store(key, self._from_server(await self._http.achat(aclient, msgs, params)))
 
     def check_server(self) -> str | None:
         """Ask the server once whether it answers and serves the model (before a run); a note, or None.
@@ -156,6 +175,26 @@ class LLMClient:
         self.close()
 
     # -- internals ------------------------------------------------------------------------------
+
+    def _cached(self, msgs: list[Message], params: dict[str, Any]) -> tuple[str | None, Completion | None]:
+        """The cache entry this call is stored under (None: not cached) and its stored answer, counted as a hit."""
+        if self.cache is None:
+            return None, None
+        if self.config.base_url:  # the endpoint's host and port, never its credentials
+            where = urllib.parse.urlsplit(self.config.base_url)
+            host = f"{where.hostname}" + (f":{where.port}" if where.port else "")
+        else:
+            host = f"embedded:{self.config.embedded_model}"
+        key = self.cache.key(self.model, host, msgs, {**params, **self.config.extra})
+        hit = self.cache.get(key) if key is not None else None
+        if hit is not None:
+            self._tally(lambda u: u.bump(cache_hits=1))
+        return key, hit
+
+    def _store(self, key: str | None, completion: Completion) -> Completion:
+        if key is not None:
+            self.cache.put(key, completion)
+        return completion
 
     def _clean(self, msgs: list[Message]) -> list[Message]:
         """Messages with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted."""
@@ -239,13 +278,16 @@ class LLMClient:
 
 
 def make_client(
-    config: LLMConfig | Mapping[str, Any], role: str = "policy", config_key: str | None = None
+    config: LLMConfig | Mapping[str, Any],
+    role: str = "policy",
+    config_key: str | None = None,
+    cache: CallCache | None = None,
 ) -> LLMClient:
-    """Build an LLMClient from an LLMConfig or a mapping of its fields (unknown keys → ConfigError)."""
+    """Build an LLMClient from an LLMConfig or a mapping of its fields (unknown keys → ConfigError), with `cache`."""
     if isinstance(config, LLMConfig):
-        return LLMClient(config, role, config_key)
+        return LLMClient(config, role, config_key, cache)
     if isinstance(config, Mapping):
-        return LLMClient(config_from_mapping(config), role, config_key)
+        return LLMClient(config_from_mapping(config), role, config_key, cache)
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
 
 

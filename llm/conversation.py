@@ -39,7 +39,9 @@ class Usage:
     `retries` the HTTP requests sent again after a failed attempt (llm/http.py's retry
     rules), failed calls included; `cleaned` the replies and messages whose lone surrogates
     were replaced; `truncated` the replies cut at `max_reply_chars`; `max_tokens_stops` the replies
-    the model stopped because they reached `max_tokens` (finish_reason "length"): cut mid-answer.
+    the model stopped because they reached `max_tokens` (finish_reason "length"): cut mid-answer;
+    `cache_hits` the calls answered from the call cache (llm/cache.py) instead of the model, not
+    counted in `calls` or tokens.
     """
 
     calls: int = 0
@@ -50,6 +52,7 @@ class Usage:
     cleaned: int = 0
     truncated: int = 0
     max_tokens_stops: int = 0
+    cache_hits: int = 0
 
     def add(self, prompt_tokens: int, completion_tokens: int) -> None:
         """Count one call and its tokens."""
@@ -75,8 +78,8 @@ class Usage:
             setattr(self, name, getattr(self, name) + n)
 
     def to_json(self) -> dict[str, int]:
-        """Return the totals as a plain dict (for logs and `Policy.usage`)."""
-        return {
+        """Return the totals as a plain dict (for logs and `Policy.usage`); `cache_hits` only when there were any."""
+        totals = {
             "calls": self.calls,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -86,6 +89,9 @@ class Usage:
             "truncated": self.truncated,
             "max_tokens_stops": self.max_tokens_stops,
         }
+        if self.cache_hits:  # absent without a cache, so records of runs without one read as they always did
+            totals["cache_hits"] = self.cache_hits
+        return totals
 
 
 @dataclass(frozen=True)
