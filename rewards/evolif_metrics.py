@@ -400,3 +400,33 @@ def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
     for group, rate in _pass_rates(r.groups for r in rows).items():
         out[f"pass_rate/{group}"] = rate
     return out
+
+
+def summary_ratios(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, tuple[list[float], list[float]]]:
+    """The headline metrics and pass rates of `summarize_rows`, each as sum(numerators) / sum(denominators) over rows.
+
+    Per metric, each row's numerator and denominator (1 for an average over dialogues), so that a
+    bootstrap draw's value is a weighted sum (`ifgym.stats.intervals`); a zero denominator is NaN,
+    as in `summarize_rows`. `loose` is the rows' business and is ignored here.
+    """
+    tallies = [r.tallies for r in rows]
+    ones = [1.0] * len(tallies)
+    determined = [1.0 if t.succ + t.failed else 0.0 for t in tallies]
+    out = {
+        "EDR_len": ([float(t.turns) for t in tallies], ones),
+        "EDR_acc": ([t.acc for t in tallies], ones),
+        "EDR_succ": ([float(t.succ) for t in tallies], ones),
+        "EDR_lss": ([float(t.lss) for t in tallies], ones),
+        "CSR": ([t.acc for t in tallies], [float(t.csr_turns) for t in tallies]),
+        "ISR": ([float(t.succ) for t in tallies], [float(t.succ + t.failed) for t in tallies]),
+        "REC": ([t.rec for t in tallies], ones),
+        "ROB": ([t.isr if d else 0.0 for t, d in zip(tallies, determined, strict=True)], determined),
+    }
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for i, row in enumerate(rows):
+        for group, yes, known in row.groups:
+            columns = groups.setdefault(group, ([0.0] * len(rows), [0.0] * len(rows)))
+            columns[0][i], columns[1][i] = float(yes), float(known)
+    for group in sorted(groups, key=_group_order):
+        out[f"pass_rate/{group}"] = groups[group]
+    return out
