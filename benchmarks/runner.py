@@ -12,12 +12,12 @@ driver's CPU per turn (env + client; Ray workers' CPU is not in it) and the serv
 `run()` in-process (no episodes file), and `ifgym eval` as users run it, a command in a child process
 (Hydra config, the episodes file, the summary, intervals and plots), whose episodes phase (`run()`
 inside the command) gives its rate and CPU per turn, and whose phases (the whole command, episodes,
-report, the report's intervals and plots) are timed apart, wall and CPU. Then: the 16 rounds at 64
-in-process on asyncio's own event loop (uvloop's share); the same episodes at concurrency 64 with an
-in-process CannedClient (no HTTP: the env and runner's own share of the driver's CPU); Ray with 1 and
-2 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up excluded). `--profile` adds a
-cProfile of `ifgym eval` at concurrency 64: where its CPU goes. `--baseline PYTHONPATH` runs another
-checkout's `ifgym eval` at 64 beside this one's (a folder holding `ifgym` -> that checkout).
+report, the report's intervals and plots) are timed apart, wall and CPU. Then: the same episodes at
+concurrency 64 with an in-process CannedClient (no HTTP: the env and runner's own share of the
+driver's CPU); Ray with 1 and 2 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up
+excluded). `--profile` adds a cProfile of `ifgym eval` at concurrency 64: where its CPU goes.
+`--baseline PYTHONPATH` runs another checkout's `ifgym eval` at 64 beside this one's (a folder
+holding `ifgym` -> that checkout).
 
 Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
 aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
@@ -358,8 +358,6 @@ def print_throughput(args):
             base_row = cli_throughput(args.latency, args.turns, c, rounds * c, pythonpath=args.baseline)
             rows.append(("baseline", label, base_row))
             reports.append((f"{c * rounds}, baseline", base_row))
-    with asyncio_loop():  # the same run on asyncio's own event loop, for uvloop's share
-        rows.append(("in-process", "64, 16 rounds, asyncio", throughput(args.latency, args.turns, 64, 16 * 64)))
     no_http = _play(None, args.latency, args.turns, 64, 256)
     rows.append(("in-process", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
     if not args.no_ray:
@@ -388,18 +386,6 @@ def print_throughput(args):
 
 
 PHASES = ("total", "run", "report", "intervals", "plots")
-
-
-@contextlib.contextmanager
-def asyncio_loop() -> Iterator[None]:
-    """`run` on asyncio's own event loop instead of uvloop's, while in the block."""
-    rollout_module = sys.modules["ifgym.envs.rollout"]  # the module: `ifgym.envs` also exports a function `rollout`
-    saved = rollout_module.event_loop_factory
-    rollout_module.event_loop_factory = lambda: None
-    try:
-        yield
-    finally:
-        rollout_module.event_loop_factory = saved
 
 
 def profile_cli(args, concurrency=64, rounds=16):

@@ -669,19 +669,5 @@ async def arun(
 def run(
     make_env: Callable[[], gym.Env], make_policy: Callable[[], Any], seeds: Iterable[int], **kwargs: Any
 ) -> RunResult:
-    """Blocking wrapper around `arun` for scripts and the CLI, on uvloop's event loop where it is installed."""
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        return runner.run(arun(make_env, make_policy, list(seeds), **kwargs))
-
-
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """The run's event loop factory: uvloop's (a dependency, except on Windows), else None for asyncio's own.
-
-    The driver is one event loop; on uvloop's a run at concurrency 64 against a local server took 5 to 15%
-    less CPU per turn (`benchmarks/runner.py`).
-    """
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
+    """Blocking wrapper around `arun` for scripts and the CLI."""
+    return asyncio.run(arun(make_env, make_policy, list(seeds), **kwargs))
