@@ -2,8 +2,9 @@
 
 Concurrency is asyncio: every episode has its own env and policy, and awaits the model calls of
 its turn; the clients' per-role semaphores bound the load. Episodes of different lengths never
-wait for each other. Each finished episode is appended to the output at once, so an interrupted
-run loses at most the episodes in flight, and re-running into the same file skips finished ones.
+wait for each other. Each finished episode is appended to the output at once (by the log's own
+writer thread, in order: the event loop never waits on the disk), so an interrupted run loses at
+most the episodes in flight, and re-running into the same file skips finished ones.
 Memory stays flat: the run keeps per seed only where its line starts (and a failed episode's short
 record), a resume reads each line's seed and status, and `RunResult.episodes` reads the episodes
 back from the file when they are used.
