@@ -379,6 +379,7 @@ class EpisodeLog:
         self._lock = _lock(self.path)
         self._writer: ThreadPoolExecutor | None = None
         self._pending: deque[Future[None]] = deque()
+        self._write_failed = False
         try:
             self._load(run_key)
         except BaseException:
@@ -404,10 +405,16 @@ class EpisodeLog:
             self._pending.popleft().result()
 
     def _write(self, line: bytes) -> None:
-        with self.path.open("ab") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+        if self._write_failed:  # nothing after a line that failed: a torn line may only be the file's last
+            return
+        try:
+            with self.path.open("ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            self._write_failed = True
+            raise
 
     def _load(self, run_key: str) -> None:
         _drop_partial_tail(self.path)

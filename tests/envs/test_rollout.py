@@ -132,6 +132,9 @@ def test_the_log_writes_each_line_where_append_said_and_raises_a_write_that_fail
     log = EpisodeLog(tmp_path / "c" / "e.jsonl", "k")
     (tmp_path / "c" / ".e.jsonl.lock").unlink()
     (tmp_path / "c").rmdir()
-    log.append(episodes[0])
-    with pytest.raises(FileNotFoundError):
-        log.close()
+    with pytest.raises(FileNotFoundError):  # by the next append, or by close when the write was still pending
+        try:
+            log.append(episodes[0])
+            log.append(episodes[1])
+        finally:
+            log.close()
