@@ -445,6 +445,7 @@ def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) 
             metric_names(summary[mode], env.headline_metrics),
             loose=mode == "loose",
             settings=settings,
+            ratios=getattr(env, "summary_ratios", None),
         )
         if summary[mode]
         else {}

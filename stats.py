@@ -5,9 +5,12 @@ is a percentile bootstrap: the episodes are drawn with replacement `resamples` t
 seeded generator, the env's own `summarize` is applied to each draw, and the interval is the
 middle `level` of the values (`numpy.nanpercentile`). Recomputing with `summarize` means an
 interval always measures what the point estimate measures, whatever its formula (pooled over
-turns, averaged over dialogues). A draw in which a metric is undefined (NaN, e.g. a group that
-no drawn dialogue contains) is left out of that metric's interval; a metric undefined in every
-draw, or a run of fewer than two dialogues, has no interval (None).
+turns, averaged over dialogues). Metrics that are ratios of sums over dialogues (those an env's
+`summary_ratios` names: all of EvolIF's) get the same values from each draw's count of every
+dialogue, a chunk of draws in one matrix product (`CHUNK_CELLS` bounds its memory). A draw in
+which a metric is undefined (NaN, e.g. a group that no drawn dialogue contains) is left out of
+that metric's interval; a metric undefined in every draw, or a run of fewer than two dialogues,
+has no interval (None).
 
 `compare` pairs two runs' episodes by seed and reports, per metric, the difference B - A with a
 paired bootstrap interval (the same pairs drawn for both runs) and the p-value of a paired
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,8 @@ from ifgym.errors import ConfigError
 __all__ = ["CISettings", "compare", "intervals", "metric_names"]
 
 Summarize = Callable[..., dict[str, float]]
+# an env's `summary_ratios`: {metric: (numerator per dialogue, denominator per dialogue)}
+Ratios = Callable[..., dict[str, tuple[Sequence[float], Sequence[float]]]]
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,36 @@ def _percentiles(draws: np.ndarray, level: float) -> list[list[float] | None]:
     return out
 
 
+# cells of a chunk's resamples x dialogues count matrix (0.5 MB as int64): memory stays flat however large the run
+CHUNK_CELLS = 1 << 16
+
+
+def _chunks(rng: np.random.Generator, n: int, resamples: int) -> Iterator[np.ndarray]:
+    """The draws' dialogue indices, a (resamples in this chunk) x n array at a time.
+
+    Each draw is its own `rng.integers(0, n, size=n)` call, so the draws are those of one call per
+    resample (`compare`'s, and this function's before chunking), whatever the chunk size.
+    """
+    per_chunk = max(1, CHUNK_CELLS // n)
+    for start in range(0, resamples, per_chunk):
+        yield np.stack([rng.integers(0, n, size=n) for _ in range(min(per_chunk, resamples - start))])
+
+
+def _ratio_draws(rows: np.ndarray, terms: np.ndarray) -> np.ndarray:
+    """Per draw (a row of `rows`' indices) and metric, sum(numerators) / sum(denominators) over the drawn dialogues.
+
+    `terms` is n x 2m: each metric's per-dialogue numerator, then its denominator. A draw is
+    reduced to how often it drew each dialogue (a count matrix), so all draws of a chunk are one
+    matrix product; a zero denominator gives NaN (the metric is undefined in that draw).
+    """
+    k, n = rows.shape
+    counts = np.bincount((rows + n * np.arange(k)[:, None]).ravel(), minlength=k * n).reshape(k, n)
+    sums = counts @ terms
+    m = terms.shape[1] // 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(sums[:, m:] != 0, sums[:, :m] / sums[:, m:], np.nan)
+
+
 def intervals(
     episodes: Sequence[Any],
     summarize: Summarize,
@@ -94,22 +129,37 @@ def intervals(
     *,
     loose: bool = False,
     settings: CISettings | None = None,
+    ratios: Ratios | None = None,
 ) -> dict[str, list[float] | None]:
     """Bootstrap interval of each metric of `summarize(episodes, loose=loose)`, resampling dialogues.
 
     `episodes` are the dialogues: Episodes with the env's `summarize`, or (as `ifgym eval` does,
     keeping no episode in memory) their `env.episode_row`s with the env's `summarize_rows`.
+    `ratios` (an env's `summary_ratios`) gives, for the metrics that are ratios of sums over
+    dialogues, each dialogue's numerator and denominator: those metrics are computed for a chunk
+    of draws at once (`_ratio_draws`, the same draws and values, up to float rounding), the rest by
+    `summarize` on each draw.
     """
     settings = settings or CISettings()
     episodes = list(episodes)
     if len(episodes) < 2 or not metrics:
         return dict.fromkeys(metrics)
+    terms = ratios(episodes, loose=loose) if ratios is not None else {}
+    fast = [m for m in metrics if m in terms]
+    slow = [m for m in metrics if m not in terms]
+    matrix = np.array([terms[m][0] for m in fast] + [terms[m][1] for m in fast], dtype=float).T if fast else None
     rng = np.random.default_rng(settings.seed)
     draws = np.empty((settings.resamples, len(metrics)))
-    for b in range(settings.resamples):
-        # a draw at a time (the same numbers as one resamples x n matrix, without its memory)
-        row = rng.integers(0, len(episodes), size=len(episodes))
-        draws[b] = _values(summarize([episodes[i] for i in row], loose=loose), metrics)
+    fast_columns = [metrics.index(m) for m in fast]
+    slow_columns = [metrics.index(m) for m in slow]
+    done = 0
+    for rows in _chunks(rng, len(episodes), settings.resamples):
+        block = slice(done, done + len(rows))
+        if fast:
+            draws[block, fast_columns] = _ratio_draws(rows, matrix)
+        for b, row in enumerate(rows if slow else (), start=done):
+            draws[b, slow_columns] = _values(summarize([episodes[i] for i in row], loose=loose), slow)
+        done += len(rows)
     return dict(zip(metrics, _percentiles(draws, settings.level), strict=True))
 
 
@@ -180,7 +230,7 @@ def compare(
     rng = np.random.default_rng(settings.seed)
     draws = np.empty((settings.resamples, len(metrics)))
     for r in range(settings.resamples):
-        row = rng.integers(0, n, size=n)  # a draw at a time, as in `intervals`
+        row = rng.integers(0, n, size=n)  # one call per draw, as in `intervals`
         # the two runs' values over the same drawn pairs; not cached (draws rarely repeat)
         va = _values(summarize([a[i] for i in row], loose=loose), metrics)
         vb = _values(summarize([b[i] for i in row], loose=loose), metrics)

@@ -1,17 +1,23 @@
 """The episode runner's throughput, CPU and memory, side by side in one run.
 
-    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only PART]
+    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only PART] [--profile]
 
 Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
 ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
 request after a fixed `--latency`. The server runs in a process of its own (a fresh one per row),
 so its CPU is counted apart and it takes no GIL from the driver. One turn is one policy call, so
 the ideal is concurrency / latency turns/s; the table gives turns/s, its ratio to that ideal, the
-driver's CPU per turn (env + client; Ray workers' CPU is not in it) and the server's. Local
-executor at concurrency 1, 8 and 64 (about 4 rounds of episodes each; at 64 also 16 rounds, the
-steady rate); the same episodes at concurrency 64 with an in-process CannedClient (no HTTP: the
-env and runner's own share of the driver's CPU); Ray with 1 and 2 workers of concurrency 8 each
-(ideal: workers x 8 / latency; start-up excluded).
+driver's CPU per turn (env + client; Ray workers' CPU is not in it) and the server's. At concurrency
+1, 8, 64 and 256 (4 rounds of episodes each, 16 at 64: its steady rate), two drivers side by side:
+`run()` in-process (no episodes file), and `ifgym eval` as users run it, a command in a child process
+(Hydra config, the episodes file, the summary, intervals and plots), whose episodes phase (`run()`
+inside the command) gives its rate and CPU per turn, and whose phases (the whole command, episodes,
+report, the report's intervals and plots) are timed apart, wall and CPU. Then: the same episodes at
+concurrency 64 with an in-process CannedClient (no HTTP: the env and runner's own share of the
+driver's CPU); Ray with 1 and 2 workers of concurrency 8 each (ideal: workers x 8 / latency; start-up
+excluded). `--profile` adds a cProfile of `ifgym eval` at concurrency 64: where its CPU goes.
+`--baseline PYTHONPATH` runs another checkout's `ifgym eval` at 64 beside this one's (a folder
+holding `ifgym` -> that checkout).
 
 Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
 aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
@@ -114,6 +120,99 @@ def _play(base_url, latency, turns, concurrency, episodes, executor="local", wor
     }
 
 
+CLI_CHILD = """
+import cProfile, importlib, json, sys, time
+started = time.perf_counter()
+# the modules themselves (`ifgym.envs` also exports a function named `rollout`)
+cli, rollout, report = map(importlib.import_module, ("ifgym.cli", "ifgym.envs.rollout", "ifgym.report"))
+
+phases = {}
+
+
+def timed(name, fn):
+    def wrapper(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            phases[name] = [time.perf_counter() - wall, time.process_time() - cpu]
+
+    return wrapper
+
+
+# evaluate() imports `run` and report_run() `write_plots` when called, and calls its module's report_run and
+# run_intervals by name: wrapping the attributes times each phase of the real command
+rollout.run = timed("run", rollout.run)
+cli.report_run = timed("report", cli.report_run)
+cli.run_intervals = timed("intervals", cli.run_intervals)
+report.write_plots = timed("plots", report.write_plots)
+profile_to, argv = sys.argv[1], sys.argv[2:]
+profiler = cProfile.Profile() if profile_to else None
+if profiler:
+    profiler.enable()
+code = cli.main(["eval", *argv])
+if profiler:
+    profiler.disable()
+    profiler.dump_stats(profile_to)
+phases["total"] = [time.perf_counter() - started, time.process_time()]
+print(json.dumps({"code": code, "phases": phases}))
+"""
+
+
+def cli_eval(base_url, latency, turns, concurrency, episodes, profile_to="", pythonpath=None):
+    """`ifgym eval` in a child process against the canned server: its phases' wall and CPU seconds, and turns.
+
+    `pythonpath`: the child's PYTHONPATH (another checkout's ifgym, to compare); by default this process's.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "episodes.jsonl"
+        argv = [
+            "env=evolif",
+            f"env.max_turns={turns}",
+            "env.patience=null",
+            "policy=openai",
+            f"policy.llm.base_url={base_url}",
+            "policy.llm.model=canned-model",
+            "policy.llm.api_key_env=null",
+            f"concurrency={concurrency}",
+            f"episodes={episodes}",
+            "progress=false",
+            f"output={out}",
+        ]
+        child = subprocess.run(
+            [sys.executable, "-c", CLI_CHILD, profile_to, *argv],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            check=False,
+            env=os.environ | ({"PYTHONPATH": pythonpath} if pythonpath else {}),
+        )
+        if child.returncode != 0:
+            raise RuntimeError(f"ifgym eval failed ({child.returncode}):\n{child.stderr[-3000:]}")
+        data = json.loads(child.stdout.strip().splitlines()[-1])
+        summary = json.loads((out.parent / "summary.json").read_text())
+    data["turns"] = int(summary["strict"]["turns"])
+    return data
+
+
+def cli_throughput(latency, turns, concurrency, episodes, profile_to="", pythonpath=None):
+    """`throughput`'s row for `ifgym eval` run as a command: the run phase's rate and CPU, and the report's cost."""
+    with server_process(latency) as server:
+        data = cli_eval(server["base_url"], latency, turns, concurrency, episodes, profile_to, pythonpath)
+    (run_wall, run_cpu), done = data["phases"]["run"], data["turns"]
+    rate, ideal = done / run_wall, concurrency / latency
+    return {
+        "turns": done,
+        "wall_s": run_wall,
+        "turns_per_s": rate,
+        "ideal": ideal,
+        "ratio": rate / ideal,
+        "cpu_ms_per_turn": 1000 * run_cpu / done,
+        "server_cpu_ms_per_turn": 1000 * server["cpu_s"] / done,
+        "phases": data["phases"],
+    }
+
+
 MEMORY_CHILD = """
 import json, resource, sys
 import gymnasium as gym
@@ -161,6 +260,12 @@ def main():
     parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--only", choices=("throughput", "transport", "memory"), help="run one part of the benchmark")
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of ifgym eval at 64")
+    parser.add_argument(
+        "--baseline",
+        metavar="PYTHONPATH",
+        help="a PYTHONPATH whose ifgym is other code (e.g. a checkout of main): its `ifgym eval` at 64 runs beside",
+    )
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         print_throughput(args)
@@ -240,26 +345,61 @@ def print_transport(latency, n=2048, concurrency=64):
 def print_throughput(args):
     rows = []
     throughput(args.latency, args.turns, 2, 2)  # warm-up: imports, the first connections
-    for c in (1, 8, 64):
-        episodes = max(4, 4 * c)  # about 4 rounds of `concurrency` episodes
-        rows.append(("local", f"concurrency {c}", throughput(args.latency, args.turns, c, episodes)))
-    # 4 rounds are mostly ramp-up and tail at 64 (every episode starts, and ends, at once); 16 show the steady rate
-    rows.append(("local", "64, 16 rounds", throughput(args.latency, args.turns, 64, 16 * 64)))
+    # rounds of `concurrency` episodes: at 64, 16 rounds (1,024 episodes: ramp-up and tail are a small share)
+    settings = [(1, 4), (8, 4), (64, 16), (256, 4)]
+    reports = []
+    for c, rounds in settings:
+        label = f"concurrency {c}" + (f", {rounds} rounds" if rounds != 4 else "")
+        rows.append(("in-process", label, throughput(args.latency, args.turns, c, rounds * c)))
+        cli_row = cli_throughput(args.latency, args.turns, c, rounds * c)
+        rows.append(("ifgym eval", label, cli_row))
+        reports.append((f"{c * rounds} episodes", cli_row))
+        if args.baseline and c == 64:  # the other checkout's command beside this one's
+            base_row = cli_throughput(args.latency, args.turns, c, rounds * c, pythonpath=args.baseline)
+            rows.append(("baseline", label, base_row))
+            reports.append((f"{c * rounds}, baseline", base_row))
     no_http = _play(None, args.latency, args.turns, 64, 256)
-    rows.append(("local", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
+    rows.append(("in-process", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
     if not args.no_ray:
         for w in (1, 2):
             rows.append(("ray", f"{w} worker(s) x 8", throughput(args.latency, args.turns, 8, 32 * w, "ray", w)))
-    print(f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, load {os.getloadavg()[0]:.1f}")
     print(
-        f"{'executor':<8} {'setting':<18} {'turns':>6} {'turns/s':>8} {'ideal':>7} {'ratio':>6} "
+        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    print(
+        f"{'driver':<10} {'setting':<22} {'turns':>6} {'turns/s':>8} {'ideal':>7} {'ratio':>6} "
         f"{'driver CPU ms/turn':>19} {'server CPU ms/turn':>19}"
     )
     for kind, label, r in rows:
         rate, server = r["turns_per_s"], r["server_cpu_ms_per_turn"]
         rate_cells = f"{rate:>8.1f} {r['ideal']:>7.0f} {r['ratio']:>6.2f}" if rate else f"{'-':>8} {'-':>7} {'-':>6}"
         server_cell = f"{server:>19.2f}" if server is not None else f"{'-':>19}"
-        print(f"{kind:<8} {label:<18} {r['turns']:>6} {rate_cells} {r['cpu_ms_per_turn']:>19.2f} {server_cell}")
+        print(f"{kind:<10} {label:<22} {r['turns']:>6} {rate_cells} {r['cpu_ms_per_turn']:>19.2f} {server_cell}")
+    print("\nifgym eval's phases, wall s (CPU s): the whole command, episodes (run), report (intervals, plots)")
+    for what, r in reports:
+        p = r["phases"]
+        cells = "  ".join(f"{name} {p[name][0]:.2f} ({p[name][1]:.2f})" for name in PHASES if name in p)
+        print(f"  {what:>16}: {cells}")
+    if args.profile:
+        profile_cli(args)
+
+
+PHASES = ("total", "run", "report", "intervals", "plots")
+
+
+def profile_cli(args, concurrency=64, rounds=16):
+    """cProfile of `ifgym eval` at `concurrency` (its episodes and report): the top functions by own time."""
+    import pstats
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "eval.prof")
+        row = cli_throughput(args.latency, args.turns, concurrency, rounds * concurrency, profile_to=path)
+        print(
+            f"\nprofile of ifgym eval at concurrency {concurrency}, {rounds * concurrency} episodes "
+            f"(cProfile slows it; ratio {row['ratio']:.2f}, load {os.getloadavg()[0]:.2f}); top 30 by own time:"
+        )
+        pstats.Stats(path).sort_stats("tottime").print_stats(30)
 
 
 def print_memory(sizes):

@@ -15,6 +15,7 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
+from ifgym.rewards.evolif_metrics import summary_ratios as evolif_summary_ratios
 from ifgym.rewards.evolif_scorer import EvolIFScorer
 from ifgym.rewards.rubric import VerdictRubric
 
@@ -122,6 +123,8 @@ class EvolIFEnv(ChatEnv):
 
     env_name = "ifgym/EvolIF-v1"
     judge_suite = "evolif"  # the judge audit's suite for this env's LLM judge
+    # its headline metrics and pass rates as ratios of sums over dialogues: bootstrap draws in bulk (`ifgym.stats`)
+    summary_ratios = staticmethod(evolif_summary_ratios)
 
     def __init__(
         self,

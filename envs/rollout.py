@@ -2,8 +2,9 @@
 
 Concurrency is asyncio: every episode has its own env and policy, and awaits the model calls of
 its turn; the clients' per-role semaphores bound the load. Episodes of different lengths never
-wait for each other. Each finished episode is appended to the output at once, so an interrupted
-run loses at most the episodes in flight, and re-running into the same file skips finished ones.
+wait for each other. Each finished episode is appended to the output at once (by the log's own
+writer thread, in order: the event loop never waits on the disk), so an interrupted run loses at
+most the episodes in flight, and re-running into the same file skips finished ones.
 Memory stays flat: the run keeps per seed only where its line starts (and a failed episode's short
 record), a resume reads each line's seed and status, and `RunResult.episodes` reads the episodes
 back from the file when they are used.
@@ -26,8 +27,9 @@ import os
 import re
 import traceback
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -431,7 +433,10 @@ class EpisodeLog:
     """Append-only JSONL of finished and failed episodes for one run (identified by `run_key`).
 
     One writer at a time: the log holds a lock on the file until `close()`; a second writer (another
-    process, or another log in this one) is refused with a ConfigError.
+    process, or another log in this one) is refused with a ConfigError. Lines are written and synced
+    to disk (fsync) in order by the log's own thread, so the event loop never waits on the disk (an
+    fsync took 7 to 12 ms here, with every episode in flight stalled behind it); `close()` waits for
+    every line, and a write that failed is raised by the next `append` or by `close()`.
     """
 
     def __init__(self, path: str | Path, run_key: str):
@@ -439,16 +444,44 @@ class EpisodeLog:
         self.run_key = run_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.path)
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: deque[Future[None]] = deque()
+        self._write_failed = False
         try:
             self._load(run_key)
         except BaseException:
             self.close()
             raise
+        self._end = self.path.stat().st_size if self.path.exists() else 0  # where the next line starts
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ifgym-episode-log")
 
     def close(self) -> None:
-        """Release the file for other writers."""
-        if not self._lock.closed:
-            self._lock.close()
+        """Wait for the lines still being written, then release the file for other writers."""
+        writer, self._writer = self._writer, None
+        try:
+            if writer is not None:
+                writer.shutdown(wait=True)
+                self._raise_failed_write(wait=True)
+        finally:
+            if not self._lock.closed:
+                self._lock.close()
+
+    def _raise_failed_write(self, wait: bool = False) -> None:
+        """Forget the finished writes; raise the error of one that failed (all of them, once written, when `wait`)."""
+        while self._pending and (wait or self._pending[0].done()):
+            self._pending.popleft().result()
+
+    def _write(self, line: bytes) -> None:
+        if self._write_failed:  # nothing after a line that failed: a torn line may only be the file's last
+            return
+        try:
+            with self.path.open("ab") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            self._write_failed = True
+            raise
 
     def _load(self, run_key: str) -> None:
         _drop_partial_tail(self.path)
@@ -468,12 +501,14 @@ class EpisodeLog:
         return StoredEpisodes(self.path, [line.offset for line in self.latest.values() if line.failed is None])
 
     def append(self, record: Record) -> int:
-        """Append `record` as one line (flushed to disk before returning); returns the offset the line starts at."""
-        with self.path.open("ab") as f:
-            offset = f.seek(0, os.SEEK_END)
-            f.write((record.to_jsonl() + "\n").encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+        """Append `record` as one line (written and synced by the log's thread); returns the offset it starts at."""
+        if self._writer is None:
+            raise RuntimeError(f"the episode log {self.path} is closed")
+        self._raise_failed_write()
+        line = (record.to_jsonl() + "\n").encode("utf-8")
+        # the only writer (the lock), in order (one thread): the line starts where the last one ended
+        offset, self._end = self._end, self._end + len(line)
+        self._pending.append(self._writer.submit(self._write, line))
         failed = record if isinstance(record, FailedEpisode) else None
         self.latest.pop(record.seed, None)
         self.latest[record.seed] = LineRef(offset, record.seed, record.meta.get("run_key"), failed)

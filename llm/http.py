@@ -311,6 +311,8 @@ class HTTPBackend:
             connector=aiohttp.TCPConnector(limit=self.config.concurrency),
             timeout=aiohttp.ClientTimeout(total=self.config.timeout),
             headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
+            # model APIs set no cookies to send back: the default jar's filtering took 0.3 ms a request
+            cookie_jar=aiohttp.DummyCookieJar(),
             proxy=env_proxy(self._url),  # looked up once: aiohttp's trust_env would do it per request, in a thread
         )
 

@@ -53,6 +53,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+import numpy as np
+
 from ifgym.core import Episode, TurnRecord, Verdict
 from ifgym.core.constraints import GROUPS
 from ifgym.errors import DataFormatError
@@ -422,4 +424,41 @@ def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
     }
     for group, rate in _pass_rates(r.groups for r in rows).items():
         out[f"pass_rate/{group}"] = rate
+    return out
+
+
+def summary_ratios(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The headline metrics and pass rates of `summarize_rows`, each as sum(numerators) / sum(denominators) over rows.
+
+    Per metric, each row's numerator and denominator (1 for an average over dialogues), so that a
+    bootstrap draw's value is a weighted sum (`ifgym.stats.intervals`); a zero denominator is NaN,
+    as in `summarize_rows`. Arrays, not lists of floats: a run's intervals keep these for every
+    dialogue. `loose` is the rows' business and is ignored here.
+    """
+    tallies = [r.tallies for r in rows]
+    n = len(tallies)
+
+    def column(values: Iterable[float]) -> np.ndarray:
+        return np.fromiter(values, dtype=float, count=n)
+
+    ones = np.ones(n)
+    determined = column(1.0 if t.succ + t.failed else 0.0 for t in tallies)
+    acc, succ = column(t.acc for t in tallies), column(t.succ for t in tallies)
+    out = {
+        "EDR_len": (column(t.turns for t in tallies), ones),
+        "EDR_acc": (acc, ones),
+        "EDR_succ": (succ, ones),
+        "EDR_lss": (column(t.lss for t in tallies), ones),
+        "CSR": (acc, column(t.csr_turns for t in tallies)),
+        "ISR": (succ, column(t.succ + t.failed for t in tallies)),
+        "REC": (column(t.rec for t in tallies), ones),
+        "ROB": (column(t.isr if t.succ + t.failed else 0.0 for t in tallies), determined),
+    }
+    groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i, row in enumerate(rows):
+        for group, yes, known in row.groups:
+            columns = groups.setdefault(group, (np.zeros(n), np.zeros(n)))
+            columns[0][i], columns[1][i] = yes, known
+    for group in sorted(groups, key=_group_order):
+        out[f"pass_rate/{group}"] = groups[group]
     return out

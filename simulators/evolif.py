@@ -16,10 +16,10 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -216,6 +216,37 @@ class TrackerStep:
         return touched.group if touched is not None else None
 
 
+T = TypeVar("T")
+_BANK_TABLES: dict[tuple[int, Callable[..., Any]], tuple[Any, Any]] = {}
+
+
+def bank_table(bank: tuple[Any, ...], build: Callable[[tuple[Any, ...]], T]) -> T:
+    """`build(bank)`, made once per bank object: every env of a run shares the loaded bank (`load_topics` caches it).
+
+    Each episode's env built these lookups anew (about 1 ms of its reset in a run of 4-turn episodes); the
+    tables are read only. Keyed by the bank's identity, the bank kept with its table so the id is not reused.
+    """
+    key = (id(bank), build)
+    hit = _BANK_TABLES.get(key)
+    if hit is None or hit[0] is not bank:
+        if len(_BANK_TABLES) >= 64:  # banks built from arguments, one per env: keep a few
+            _BANK_TABLES.clear()
+        hit = _BANK_TABLES[key] = (bank, build(bank))
+    return hit[1]
+
+
+def _topic_index(topics: tuple[Topic, ...]) -> dict[str, int]:
+    return {t.id: i for i, t in enumerate(topics)}
+
+
+def _topic_title_tokens(topics: tuple[Topic, ...]) -> dict[str, frozenset[str]]:
+    return {t.id: title_tokens(t.title) for t in topics}
+
+
+def _style_index(styles: tuple[Style, ...]) -> dict[str, int]:
+    return {s.id: i for i, s in enumerate(styles)}
+
+
 class EvolIFTracker:
     """Topic moves, per-topic instruction states and one change per turn, all drawn from one rng."""
 
@@ -224,8 +255,8 @@ class EvolIFTracker:
         self.topics = tuple(topics)
         if not self.topics:
             raise ConfigError("EvolIFTracker needs at least one topic")
-        self._index = {t.id: i for i, t in enumerate(self.topics)}
-        self._title_tokens = {t.id: title_tokens(t.title) for t in self.topics}
+        self._index = bank_table(self.topics, _topic_index)
+        self._title_tokens = bank_table(self.topics, _topic_title_tokens)
         self.groups: tuple[str, ...] = self.config.groups or tuple(GROUPS)
         self._ranges = self.config.ranges
         cap = len(self.groups) if self.config.max_live is None else min(self.config.max_live, len(self.groups))
@@ -478,7 +509,7 @@ class EvolIFUser(UserSimulator):
             tracker_config = TrackerConfig.from_mapping(tracker_config)
         self.topics = _topics(topics)
         self.styles = _styles(styles)
-        self._style_index = {s.id: i for i, s in enumerate(self.styles)}
+        self._style_index = bank_table(self.styles, _style_index)
         self.tracker = EvolIFTracker(self.topics, tracker_config)
         if isinstance(renderer, Renderer):
             self.renderer = renderer

@@ -110,3 +110,53 @@ def test_compare_refuses_runs_on_different_seeds():
         compare(a, b, summarize, ["CSR"])
     with pytest.raises(ConfigError, match="seed 0 occurs twice"):
         compare([*a, a[0]], b, summarize, ["CSR"])
+
+
+LOWER = Constraint("case.lower", {})
+
+
+def mixed_rows(n: int) -> list:
+    """n EvolIF rows of varied length and verdicts: undetermined episodes, a group most episodes lack, unknowns."""
+    from ifgym.rewards.evolif_metrics import episode_row
+
+    labels = ["yes", "no", "unknown"]
+    rows = []
+    for k in range(n):
+        turns = []
+        for i in range(1 + k % 4):
+            both = k % 5 == 0  # every fifth episode also has a lowercase rule: its group is absent from many draws
+            spec = TurnSpec((WORDS, LOWER) if both else (WORDS,))
+            verdicts = [Verdict(labels[(k * 7 + i * 3 + j) % 3], "t") for j in range(len(spec.constraints))]
+            if k % 6 == 1:  # undetermined throughout: no ISR of its own, left out of ROB
+                verdicts = [Verdict("unknown", "t") for _ in verdicts]
+            turns.append(TurnRecord(i, "u", spec, "r", verdicts, verdicts, 0.0))
+        rows.append(episode_row(Episode(f"e{k}", "ifgym/EvolIF-v1", k, turns, "max_turns")))
+    return rows
+
+
+def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
+    # the same draws scored two ways: EvolIF's ratios of sums over a chunk of draws, and summarize_rows per draw
+    import ifgym.stats
+    from ifgym.rewards.evolif_metrics import summarize_rows, summary_ratios
+
+    rows = mixed_rows(37)
+    metrics = metric_names(summarize_rows(rows), HEADLINE)
+    assert {"ROB", "pass_rate/case", "pass_rate/length"} <= set(metrics)
+    settings = CISettings(300, 0.9, seed=3)
+    per_draw = intervals(rows, summarize_rows, metrics, settings=settings)
+    bulk = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)
+    monkeypatch.setattr(ifgym.stats, "CHUNK_CELLS", 50)  # one draw of 37 dialogues per chunk: same numbers
+    small_chunks = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)
+    assert bulk == small_chunks
+    for m in metrics:
+        assert per_draw[m] is not None, m
+        assert bulk[m] == pytest.approx(per_draw[m], abs=1e-12), m
+
+
+def test_summary_ratios_give_summarize_rows_values():
+    from ifgym.rewards.evolif_metrics import summarize_rows, summary_ratios
+
+    rows = mixed_rows(23)
+    summary = summarize_rows(rows)
+    for metric, (numerators, denominators) in summary_ratios(rows).items():
+        assert sum(numerators) / sum(denominators) == pytest.approx(summary[metric], abs=1e-12), metric

@@ -114,3 +114,27 @@ def test_episode_through_the_embedded_backend_with_the_small_model():
     assert all(len(t.verdicts) == len(t.spec.constraints) >= 1 for t in episode.turns)
     assert episode.meta["policy_usage"]["calls"] == 3
     assert episode.meta["policy_usage"]["completion_tokens"] > 0
+
+
+def test_the_log_writes_each_line_where_append_said_and_raises_a_write_that_failed(tmp_path):
+    # lines are written by the log's own thread: each lands at the offset append returned, in order
+    from ifgym.envs.rollout import EpisodeLog, StoredEpisodes
+
+    source = tmp_path / "a.jsonl"
+    run(make_env, lambda: ScriptedPolicy(["A reply."]), range(3), output=source, run_key="k", progress=False)
+    episodes = read_episodes(source)
+    log = EpisodeLog(tmp_path / "b" / "e.jsonl", "k")
+    offsets = [log.append(e) for e in reversed(episodes)]
+    log.close()
+    assert [e.seed for e in StoredEpisodes(log.path, offsets)] == [2, 1, 0]
+    assert log.path.read_bytes() == b"".join(e.to_jsonl().encode() + b"\n" for e in reversed(episodes))
+    # a write that fails (its folder removed under it) is raised when the log closes, not lost in silence
+    log = EpisodeLog(tmp_path / "c" / "e.jsonl", "k")
+    (tmp_path / "c" / ".e.jsonl.lock").unlink()
+    (tmp_path / "c").rmdir()
+    with pytest.raises(FileNotFoundError):  # by the next append, or by close when the write was still pending
+        try:
+            log.append(episodes[0])
+            log.append(episodes[1])
+        finally:
+            log.close()
