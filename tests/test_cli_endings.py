@@ -123,7 +123,8 @@ def test_ctrl_c_or_sigterm_ends_with_one_line_a_summary_and_status_interrupted(t
         name = sig.name
         # one line says it all (the first line is the run's concurrency, printed at its start)
         assert "Traceback" not in stderr and stdout == ""
-        said = [line for line in stderr.splitlines() if not line.startswith("concurrency:")]
+        # the start's lines (which models, how many at once) aside, the ending says one line
+        said = [line for line in stderr.splitlines() if not line.startswith(("concurrency:", "models:"))]
         assert len(said) == 1 and said[0].startswith(f"ifgym: interrupted ({name}): wrote {tmp_path / 'summary.json'}")
         played = lines(out)
         finished = len(played)

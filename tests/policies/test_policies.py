@@ -41,6 +41,7 @@ def test_chat_policy_over_http_forwards_overrides_and_reports_usage():
         "retries": 0,
         "cleaned": 0,
         "truncated": 0,
+        "max_tokens_stops": 0,
     }
     assert policy.last is not None and policy.last.finish_reason == "stop"
 
@@ -110,6 +111,7 @@ def test_scripted_policy_cycles_and_reset_restarts():
         "retries": 0,
         "cleaned": 0,
         "truncated": 0,
+        "max_tokens_stops": 0,
     }
 
 
