@@ -42,11 +42,12 @@ class NTMEnv(ChatEnv):
     ## Rewards
     Intermediate turns are not scored: reward 0 and `info["scored"]` False. The final reply is
     judged by ifgym's checklist judge (`ChecklistJudge` of StructFlow, one call; not the paper's
-    judge) with one verdict per checkpoint in `info["verdicts"]` (yes / no / unknown, never
-    coerced); its reward is the dialogue's TCR: met / judged checkpoints (`info["scored"]` True,
-    `info["TCR"]`). With `judge="rules"` no checkpoint can be decided: each is unknown (counted),
-    and the reward is 0 with `info["reward_defined"]` False. `summarize` gives TCR (per dialogue,
-    averaged: the paper's headline), pooled TCR, TCR and ACT per length bucket and the share of
+    judge; it reads the final request and reply, as the paper's judge does) with one verdict per
+    checkpoint in `info["verdicts"]` (yes / no / unknown, never coerced); its reward is the
+    dialogue's TCR: met / judged checkpoints (`info["scored"]` True, `info["TCR"]`). With
+    `judge="rules"` no checkpoint can be decided: each is unknown (counted), and the reward is 0
+    with `info["reward_defined"]` False. `summarize` gives TCR (per dialogue, averaged: the
+    paper's headline), pooled TCR, TCR and ACT per length bucket and the share of
     unknown verdicts (see `ifgym.rewards.ntm`).
 
     ## Starting State
@@ -169,8 +170,8 @@ class NTMEnv(ChatEnv):
             "judge_mode": judge.mode if judge is not None else None,
         }
         deviations = [
-            "the judge is ifgym's checklist judge (StructFlow's prompt, one call per dialogue, unknown verdicts "
-            "counted), not the paper's judge"
+            "the judge is ifgym's checklist judge (StructFlow's prompt, one call per dialogue on the final request "
+            "and reply, unknown verdicts counted), not the paper's judge"
         ]
         if self.judge_kind == "rules":
             deviations.append("judge=rules: no rule decides a checkpoint, so every verdict is unknown and TCR is n/a")

@@ -12,7 +12,8 @@ Metrics (`summarize`, from one `NTMRow` per dialogue):
   bucket (10, 15, 20, 25 turns, other).
 - `ACT`: context tokens sent to the policy model per turn, from the policy's own usage records
   (`meta["policy_usage"]`: a wrapper's `context_tokens`, else a plain chat policy's
-  `prompt_tokens`), pooled over the turns of the bucket's dialogues (`ACT/<bucket>`).
+  `prompt_tokens`; a dialogue whose server left a call's usage unreported is left out), pooled over
+  the turns of the bucket's dialogues (`ACT/<bucket>`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,29 @@ from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 BUCKETS = ("10", "15", "20", "25", "other")  # the same as ifgym.simulators.ntm.LENGTH_BUCKETS
 
 
+def _final_request(history: list[dict] | None) -> list[dict]:
+    """The last user message of `history` alone: the judge reads the final request and reply, as the paper's."""
+    users = [m for m in history or () if m.get("role") == "user"]
+    return users[-1:]
+
+
 class NTMScorer(RulesThenJudge):
-    """Every checkpoint goes to the checklist judge in one call; with no judge each is unknown."""
+    """Every checkpoint goes to the checklist judge in one call; with no judge each is unknown.
+
+    The judge sees the final user request and the reply, not the earlier turns (the paper's judge
+    reads the final reply and the checkpoint question; a 25-turn history would only add cost).
+    """
 
     def __init__(self, judge: Any = None):
         self.judge = judge
+
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Verdicts for the final reply, one per checkpoint."""
+        return super().score(reply, spec, _final_request(history))
+
+    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """Async twin of `score`."""
+        return await super().ascore(reply, spec, _final_request(history))
 
     unjudged = no_judge("NTM checkpoints need a judge (judge='llm'); no rule decides them")
 
@@ -96,10 +115,16 @@ class NTMRow:
     turns: int
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _context_tokens(usage: dict[str, Any]) -> float | None:
-    for key in ("context_tokens", "prompt_tokens"):  # a wrapper's own count, else a plain policy's prompts
-        if isinstance(usage.get(key), int | float) and not isinstance(usage.get(key), bool):
-            return float(usage[key])
+    """A wrapper's own count, else a plain policy's prompt tokens; None when unknown or incomplete."""
+    if _number(usage.get("context_tokens")):
+        return float(usage["context_tokens"])
+    if _number(usage.get("prompt_tokens")) and not usage.get("missing_usage"):  # a call without usage: not known
+        return float(usage["prompt_tokens"])
     return None
 
 

@@ -150,9 +150,12 @@ def test_only_the_final_reply_is_judged_with_one_verdict_per_checkpoint():
     assert [v["label"] for v in info["verdicts"]] == ["yes", "no"] * 5  # one per checkpoint, never coerced
     assert info["scored"] is True and steps[-1][0] == pytest.approx(0.5) == info["TCR"]
     assert len(calls) == 1  # one judge call for the dialogue
-    # the judge reads the final request and reply, and the model's own replies as history (no reference answers)
+    # the judge reads the final request and reply only, as the paper's judge
     prompt = calls[0][-1]["content"]
-    assert "Summarise the final party plan." in prompt and "reply 14" in prompt and "reply 3" in prompt
+    assert "Summarise the final party plan." in prompt and "reply 14" in prompt
+    assert "reply 13" not in prompt and "birthday party for my daughter" not in prompt
+    # the policy saw its own replies as the history (no reference answers)
+    assert [m["content"] for m in obs if m["role"] == "assistant"] == [f"reply {k}" for k in range(15)]
     assert env.unwrapped.max_turns == 15 and env.unwrapped.episode.meta["dialogue"]["id"] == "ntm-made-up-002"
 
 
@@ -254,6 +257,11 @@ def test_episode_row_reads_the_final_turn_strict_or_loose():
     episode = Episode(episode_id="e", env_id="ifgym/NTM-v0", seed=0, turns=[first, final], meta=meta)
     assert summarize([episode])["TCR/20"] == 1.0 and summarize([episode], loose=True)["TCR/20"] == 0.5
     assert summarize([episode])["ACT/20"] == 25.0
+    # a plain policy's prompt tokens count, unless a call's usage went unreported (then ACT leaves it out)
+    episode.meta["policy_usage"] = {"calls": 2, "prompt_tokens": 30, "missing_usage": 0}
+    assert summarize([episode])["ACT/20"] == 15.0
+    episode.meta["policy_usage"] = {"calls": 2, "prompt_tokens": 30, "missing_usage": 1}
+    assert math.isnan(summarize([episode])["ACT/20"])
 
 
 # --- the command line -------------------------------------------------------------------------
