@@ -39,7 +39,7 @@ from ifgym.simulators.base import UserSimulator
 __all__ = ["LENGTH_BUCKETS", "NTMDialogue", "NTMUser", "length_bucket", "load_ntm", "parse_checkpoints"]
 
 LENGTH_BUCKETS = ("10", "15", "20", "25", "other")  # the paper's dialogue lengths, and the rest (11-27 turns)
-_MARKER = re.compile(r"\(\s*(\d{1,2})\s*\)")
+_MARKER = re.compile(r"[(\uff08]\s*(\d{1,2})\s*[)\uff09]")  # ASCII or full-width parentheses
 _PROSE = re.compile(
     r"(?:the\s+)?following\s+(\d{1,2})\s+(?:points|items|requirements|checkpoints)\s*:\s*(.+)$", re.I | re.S
 )

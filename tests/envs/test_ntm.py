@@ -73,6 +73,7 @@ def test_reader_reads_every_quirk_of_the_made_up_file():
         ("Is it (1)red, (2)big?", ("red", "big"), "Is it", True),  # the plain case
         ("  Is it (1) red ,( 2 )big and (3)  round.  ", ("red", "big", "round"), "Is it", True),  # spaces, "and"
         ("Does it cover the following 2 points: speed; cost", ("speed", "cost"), "Does it cover", False),  # prose
+        ("Is it \uff081\uff09red, \uff082\uff09big?", ("red", "big"), "Is it", True),  # full-width parentheses
         ("Is the plan final?", ("Is the plan final",), "", False),  # neither markers nor a list: one checkpoint
     ],
 )
