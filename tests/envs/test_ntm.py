@@ -324,3 +324,22 @@ def test_eval_writes_tcr_and_act_per_bucket_and_compare_pairs_two_runs_by_dialog
     assert r.returncode == 0, r.stderr
     assert "4 episodes paired by seed" in r.stdout  # seed k is dialogue k: paired by dialogue
     assert json.loads(out.read_text())["strict"]["ACT/15"]["diff"] == pytest.approx(act_b - strict["ACT/15"])
+
+
+def test_act_of_a_context_agent_run_is_the_wrappers_own_count():
+    from golden.doubles import server_model
+
+    from ifgym.llm import make_client
+    from ifgym.policies import ChatPolicy, ContextAgent, HashingEmbedder
+
+    with CannedServer(server_model) as base, CannedServer(server_model) as light:
+
+        def client(server, role):
+            config = {"base_url": server.base_url, "model": server.model, "api_key_env": None, "max_retries": 0}
+            return make_client(config, role)
+
+        policy = ContextAgent(ChatPolicy(client(base, "policy")), client(light, "light"), embedder=HashingEmbedder())
+        episode = rollout(make(judge="rules"), policy, seed=1)  # the 15-turn dialogue
+    sent = [c.context_tokens for c in policy.costs]
+    assert len(sent) == 15 and episode.meta["policy_usage"]["context_tokens"] == sum(sent)
+    assert summarize([episode])["ACT/15"] == pytest.approx(sum(sent) / 15)
