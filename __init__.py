@@ -66,6 +66,7 @@ _ENVS = {
         nondeterministic=True,
         kwargs={"generator": "llm", "judge": "llm", "env_name": "ifgym/StructFlow-LLM-v0"},
     ),
+    "ifgym/NTM-v0": dict(entry_point="ifgym.envs.ntm:NTMEnv", nondeterministic=True, kwargs={}),  # judge=llm
     "ifgym/Composite-v0": dict(entry_point="ifgym.envs.composite:CompositeEnv", nondeterministic=False, kwargs={}),
     "ifgym/Composite-LLM-v0": dict(
         entry_point="ifgym.envs.composite:CompositeEnv",

@@ -6,7 +6,8 @@ catalog's names are re-exported here. Import public names from here
 (`from ifgym.rewards import Constraint, check, from_evolif, StructFlowScorer`). Each task's scorer and judge:
 EvolIF `EvolIFScorer`/`EvolIFJudge` (metrics: `summarize`, `group_pass_rates`, `survival_curve` are EvolIF's),
 StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.structflow.summarize`), FlexBench
-`FlexBenchScorer`/`LLMDimensionJudge`/`DimensionSet` (the rest in `ifgym.rewards.flexbench`). An env's own
+`FlexBenchScorer`/`LLMDimensionJudge`/`DimensionSet` (the rest in `ifgym.rewards.flexbench`), NTM
+`NTMScorer`/`NTMRubric` with the checklist judge (TCR and ACT: `ifgym.rewards.ntm.summarize`). An env's own
 `summarize` always gives its task's metrics.
 """
 
@@ -19,6 +20,7 @@ from ifgym.rewards.evolif_judge import EvolIFJudge
 from ifgym.rewards.evolif_metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.evolif_scorer import EvolIFScorer
 from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
+from ifgym.rewards.ntm import NTMRubric, NTMScorer
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scores
 from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
@@ -42,6 +44,8 @@ __all__ = [
     "FlexBenchReward",
     "FlexBenchScorer",
     "LLMDimensionJudge",
+    "NTMRubric",
+    "NTMScorer",
     "Patience",
     "EvolIFScorer",
     "Scores",

@@ -7,6 +7,7 @@ from ifgym import lazy_submodules
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser, TrackerConfig, TrackerStep
+from ifgym.simulators.ntm import NTMUser, load_ntm
 from ifgym.simulators.render import LLMRenderer, Renderer, RenderRequest, RenderResult, TemplateRenderer
 from ifgym.simulators.replay import ReplayUser, load_evolif_dialogue
 
@@ -16,6 +17,7 @@ __all__ = [
     "EvolIFTracker",
     "EvolIFUser",
     "LLMRenderer",
+    "NTMUser",
     "RenderRequest",
     "RenderResult",
     "Renderer",
@@ -27,6 +29,7 @@ __all__ = [
     "TrackerStep",
     "UserSimulator",
     "load_evolif_dialogue",
+    "load_ntm",
     "load_styles",
     "load_topics",
 ]

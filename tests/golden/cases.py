@@ -151,6 +151,16 @@ CASES: tuple[Case, ...] = (
         {"min_turns": 6, "patience": None},
         ("user_llm", "judge_llm"),
     ),
+    # NTM: made-up dialogues in its format (none ships), the checklist judge on the final reply; a chat model
+    # served over HTTP as the policy, so ACT has its usage records
+    Case(
+        "ntm_v0",
+        "ifgym/NTM-v0",
+        (0, 2),
+        {"dataset": str(DATA / "ntm" / "made_up.jsonl")},
+        ("judge_llm",),
+        policy="full",
+    ),
     # Policy wrappers around a chat model, in the EvolIF env (patience off so every turn is played)
     *(
         Case(f"wrapper_{policy}", "ifgym/EvolIF-v1", (0,), {"max_turns": 6, "patience": None}, policy=policy)

@@ -1,0 +1,186 @@
+"""NTM: Context-Agent's long, non-linear multi-turn benchmark, replayed from its file and judged at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ifgym.core import TurnRecord
+from ifgym.envs.base import ChatEnv
+from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.llm import resolve_client
+from ifgym.rewards.ntm import DEFINITIONS as NTM_DEFINITIONS
+from ifgym.rewards.ntm import HEADLINE as NTM_HEADLINE
+from ifgym.rewards.ntm import HEADLINE_METRIC as NTM_HEADLINE_METRIC
+from ifgym.rewards.ntm import episode_row as ntm_episode_row
+from ifgym.rewards.ntm import summarize as ntm_summarize
+from ifgym.rewards.ntm import summarize_rows as ntm_summarize_rows
+from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+
+JUDGES = ("rules", "llm")
+
+
+class NTMEnv(ChatEnv):
+    """NTM (the Context-Agent paper's benchmark): long dialogues that shift topics and change requirements.
+
+    ## Description
+    Each dialogue (10 to 27 user turns) moves between topics, returns to them and changes earlier
+    requirements ("Forget it, let's go back to a 9000 yuan budget …"); its last user turn asks for
+    the final result. The user replays the dialogue's user turns in order and never sees the replies.
+    The final reply is judged against the dialogue's checkpoints (3-10 yes/no questions). No data
+    ships (the released file carries no licence): `dataset=` is the path to a file in NTM's format
+    (`ifgym.simulators.ntm`, which reads every quirk of it).
+
+    ## Action Space
+    `ReplySpace`: the assistant's reply, any `str` up to `max_reply_chars` characters.
+
+    ## Observation Space
+    `ChatSpace`: an optional system message, then alternating user/assistant messages, ending with
+    the new user turn. The assistant messages are the policy's own replies (NTM has no reference
+    answers). Message dicts are shared with the env: treat them as read-only.
+
+    ## Rewards
+    Intermediate turns are not scored: reward 0 and `info["scored"]` False. The final reply is
+    judged by ifgym's checklist judge (`ChecklistJudge` of StructFlow, one call; not the paper's
+    judge; it reads the final request and reply, as the paper's judge does) with one verdict per
+    checkpoint in `info["verdicts"]` (yes / no / unknown, never coerced); its reward is the
+    dialogue's TCR: met / judged checkpoints (`info["scored"]` True, `info["TCR"]`). With
+    `judge="rules"` no checkpoint can be decided: each is unknown (counted), and the reward is 0
+    with `info["reward_defined"]` False. `summarize` gives TCR (per dialogue, averaged: the
+    paper's headline), pooled TCR, TCR and ACT per length bucket and the share of
+    unknown verdicts (see `ifgym.rewards.ntm`).
+
+    ## Starting State
+    `reset(options={"dialogue": index or conversation_id})` plays that dialogue; otherwise seed k
+    plays dialogue k mod N (seeds 0..N-1 cover the file once, and pair two runs by dialogue), and
+    no seed picks one at random.
+
+    ## Episode End
+    Terminated when the dialogue's last user turn is answered (`done_reason="script_end"`):
+    `max_turns` is the dialogue's length. No patience (the paper has none). Never truncated.
+
+    ## Arguments
+    | argument | default | meaning |
+    |---|---|---|
+    | `dataset` | required | path to an NTM file (JSON Lines, e.g. Context-Agent's `dataset-full.jsonl`) |
+    | `judge` | `"llm"` | `"llm"` (the checklist judge) or `"rules"` (every checkpoint unknown) |
+    | `judge_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
+    | `judge_max_retries` | `2` | re-asks when the judge's answer misses checkpoints |
+    | `judge_max_tokens` | `None` | judge answer cap; None = 128 + 96 per checkpoint (or the client's, if larger) |
+    | `system_prompt` | `None` | system message put first in every observation |
+    | `max_reply_chars` | `100000` | longest accepted reply |
+
+    ## Version History
+    - v0: first release.
+    """
+
+    env_name = "ifgym/NTM-v0"
+    judge_suite = "structflow"  # the judge audit's suite: the same checklist judge as StructFlow's
+    user_sees_verdicts = False  # the user replays its turns whatever the replies; only the last turn is judged
+
+    def __init__(
+        self,
+        *,
+        dataset: str | Path | None = None,
+        judge: str = "llm",
+        judge_llm: Any = None,
+        judge_mode: str = DEFAULT_CHECKLIST_MODE,
+        judge_max_retries: int = 2,
+        judge_max_tokens: int | None = None,
+        system_prompt: str | None = None,
+        max_reply_chars: int = 100_000,
+        render_mode: str | None = None,
+        env_name: str | None = None,
+    ):
+        from ifgym.rewards.ntm import NTMRubric, NTMScorer
+        from ifgym.rewards.structflow import ChecklistJudge
+        from ifgym.simulators.ntm import NTMUser, load_ntm
+
+        UnknownNameError.check(("judge", judge, JUDGES), ("judge_mode", judge_mode, CHECKLIST_MODES))
+        if dataset is None:
+            raise ConfigError(
+                "NTM needs dataset=PATH, the NTM file (JSON Lines; Context-Agent's dataset-full.jsonl): none ships "
+                "with ifgym because the file carries no licence (on the command line: env=ntm env.dataset=PATH)"
+            )
+        if env_name:
+            self.env_name = env_name
+        dialogues = load_ntm(dataset)
+        self.dataset = str(dataset)
+        self.replayed = len(dialogues)
+        self.judge_kind = judge
+        judge_obj = (
+            ChecklistJudge(
+                resolve_client(judge_llm, "judge"),
+                mode=judge_mode,
+                max_retries=judge_max_retries,
+                max_tokens=judge_max_tokens,
+            )
+            if judge == "llm"
+            else None
+        )
+        super().__init__(
+            user=NTMUser(dialogues),
+            scorer=NTMScorer(judge_obj),
+            rubric=NTMRubric(),
+            max_turns=None,  # set per episode to the dialogue's length
+            system_prompt=system_prompt,
+            max_reply_chars=max_reply_chars,
+            render_mode=render_mode,
+        )
+
+    # --- choosing the dialogue -------------------------------------------------------------------
+    def _reset_options(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
+        if seed is not None and not (options and "dialogue" in options):
+            return {**(options or {}), "dialogue": seed % self.replayed}
+        return options
+
+    def _record_start(self) -> None:
+        self.max_turns = len(self.user.dialogue.turns)  # the dialogue's length: its last reply ends it
+        self._episode.meta["dialogue"] = self.user.episode_meta()
+
+    # --- turn mechanics --------------------------------------------------------------------------
+    def _turn_info(self) -> dict[str, Any]:
+        info = super()._turn_info()
+        meta = self._turn.spec.meta
+        info.update(dialogue=meta.get("dialogue"), turn_number=meta.get("turn_number"), final=meta.get("final"))
+        if meta.get("final"):
+            info["checkpoints"] = [{"id": i.id, "question": i.question} for i in self._turn.spec.checklist]
+        return info
+
+    # --- metrics ---------------------------------------------------------------------------------
+    headline_metrics = NTM_HEADLINE
+    headline_metric = NTM_HEADLINE_METRIC
+    metric_definitions = NTM_DEFINITIONS
+
+    summarize = staticmethod(ntm_summarize)  # TCR (mean, pooled, per bucket), unknown share, ACT per bucket
+    episode_row = staticmethod(ntm_episode_row)
+    summarize_rows = staticmethod(ntm_summarize_rows)
+
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings and `deviations`: each way a run differs from the Context-Agent paper's NTM protocol."""
+        judge = getattr(self.scorer, "judge", None)
+        out: dict[str, Any] = {
+            **super().protocol(),
+            "paper": "Context-Agent (NTM)",
+            "dataset": self.dataset,
+            "dialogues": self.replayed,
+            "max_turns": "the dialogue's length",
+            "judge": self.judge_kind,
+            "judge_mode": judge.mode if judge is not None else None,
+        }
+        deviations = [
+            "the judge is ifgym's checklist judge (StructFlow's prompt, one call per dialogue on the final request "
+            "and reply, unknown verdicts counted), not the paper's judge"
+        ]
+        if self.judge_kind == "rules":
+            deviations.append("judge=rules: no rule decides a checkpoint, so every verdict is unknown and TCR is n/a")
+        out["deviations"] = deviations
+        return out
+
+    # --- rendering -------------------------------------------------------------------------------
+    def _render_turn(self, t: TurnRecord) -> list[str]:
+        """One turn: the request and the reply; on the final turn each checkpoint's verdict."""
+        lines = [f"[{t.index + 1}] USER: {t.user}", f"[{t.index + 1}] MODEL: {t.reply}"]
+        lines += [f"    {v.label:7} {i.question}" for i, v in zip(t.spec.checklist, t.verdicts, strict=True)]
+        return lines
