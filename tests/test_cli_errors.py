@@ -43,6 +43,10 @@ CASES = [
     (["logger=wandb", "logger.mode=sometimes"], "unknown W&B mode"),
     (["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.temperature=-1"], "temperature"),
     (["judge=llm", "judge.llm.base_url=ftp://x"], "an http(s) URL"),
+    (  # a request field that has a named field of its own
+        ["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "++policy.llm.extra.temperature=0.5"],
+        "LLMConfig.extra must not set temperature: use the field(s) of that name",
+    ),
     (["policy=openai"], "OPENAI_BASE_URL"),  # no URL at all: where to put one
     # typos, unknown keys, options and flags
     (["episdes=3"], "Did you mean 'episodes'"),
