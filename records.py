@@ -79,7 +79,10 @@ def run_key(cfg: Mapping[str, Any]) -> str:
 
     def strip(node: Any) -> Any:
         if isinstance(node, Mapping):
-            return {k: strip(v) for k, v in node.items() if k not in OPERATIONAL_LLM_KEYS}
+            # an empty `extra` (request fields) is left out: runs from before the field keep their key
+            return {
+                k: strip(v) for k, v in node.items() if k not in OPERATIONAL_LLM_KEYS and not (k == "extra" and v == {})
+            }
         return node
 
     keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}

@@ -40,6 +40,10 @@ class LLMConf:
     headers: dict[str, str] = _help(
         "HTTP headers sent with every request, e.g. a gateway's key; records show names only", default_factory=dict
     )
+    extra: dict[str, Any] = _help(
+        "more request-body fields the server reads, e.g. sampling keys top_k, min_p (not the fields above)",
+        default_factory=dict,
+    )
 
 
 @dataclass

@@ -45,10 +45,11 @@ class NTMEnv(ChatEnv):
     judge; it reads the final request and reply, as the paper's judge does) with one verdict per
     checkpoint in `info["verdicts"]` (yes / no / unknown, never coerced); its reward is the
     dialogue's TCR: met / judged checkpoints (`info["scored"]` True, `info["TCR"]`). With
-    `judge="rules"` no checkpoint can be decided: each is unknown (counted), and the reward is 0
-    with `info["reward_defined"]` False. `summarize` gives TCR (per dialogue, averaged: the
-    paper's headline), pooled TCR, TCR and ACT per length bucket and the share of
-    unknown verdicts (see `ifgym.rewards.ntm`).
+    `judge="rules"` no checkpoint can be decided: each would be unknown and TCR n/a, so it is refused
+    at `make` time with a ConfigError unless `allow_unjudged=True` (replay unscored on purpose: each
+    checkpoint unknown, counted, the reward 0 with `info["reward_defined"]` False). `summarize`
+    gives TCR (per dialogue, averaged: the paper's headline), pooled TCR, TCR and ACT per length
+    bucket and the share of unknown verdicts (see `ifgym.rewards.ntm`).
 
     ## Starting State
     `reset(options={"dialogue": index or conversation_id})` plays that dialogue; otherwise seed k
@@ -64,6 +65,7 @@ class NTMEnv(ChatEnv):
     |---|---|---|
     | `dataset` | required | path to an NTM file (JSON Lines, e.g. Context-Agent's `dataset-full.jsonl`) |
     | `judge` | `"llm"` | `"llm"` (the checklist judge) or `"rules"` (every checkpoint unknown) |
+    | `allow_unjudged` | `False` | True: replay with `judge="rules"`, which scores nothing (see Rewards) |
     | `judge_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses checkpoints |
@@ -84,6 +86,7 @@ class NTMEnv(ChatEnv):
         *,
         dataset: str | Path | None = None,
         judge: str = "llm",
+        allow_unjudged: bool = False,
         judge_llm: Any = None,
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_max_retries: int = 2,
@@ -98,6 +101,8 @@ class NTMEnv(ChatEnv):
         from ifgym.simulators.ntm import NTMUser, load_ntm
 
         UnknownNameError.check(("judge", judge, JUDGES), ("judge_mode", judge_mode, CHECKLIST_MODES))
+        if not isinstance(allow_unjudged, bool):
+            raise ConfigError(f"allow_unjudged must be True or False, got {allow_unjudged!r}")
         if dataset is None:
             raise ConfigError(
                 "NTM needs dataset=PATH, the NTM file (JSON Lines; Context-Agent's dataset-full.jsonl): none ships "
@@ -106,6 +111,12 @@ class NTMEnv(ChatEnv):
         if env_name:
             self.env_name = env_name
         dialogues = load_ntm(dataset)
+        if judge == "rules" and not allow_unjudged:
+            raise ConfigError(
+                f"{dataset}: judge='rules' would score nothing: no rule decides a checkpoint, so every verdict would "
+                "be unknown and TCR n/a. Pass judge='llm' with judge_llm=<client, LLMConfig or mapping> (on the "
+                "command line: judge=llm judge.llm.base_url=...), or allow_unjudged=True to replay it unscored"
+            )
         self.dataset = str(dataset)
         self.replayed = len(dialogues)
         self.judge_kind = judge

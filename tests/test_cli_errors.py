@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,7 @@ import ifgym
 from ifgym.cli import COMMANDS, main
 
 SCRIPTED = ["policy=scripted", "episodes=1", "progress=false", "plots=false"]
+NTM_FILE = Path(__file__).parent / "data" / "ntm" / "made_up.jsonl"
 
 
 @pytest.fixture
@@ -43,7 +45,13 @@ CASES = [
     (["logger=wandb", "logger.mode=sometimes"], "unknown W&B mode"),
     (["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.temperature=-1"], "temperature"),
     (["judge=llm", "judge.llm.base_url=ftp://x"], "an http(s) URL"),
+    (  # a request field that has a named field of its own
+        ["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "++policy.llm.extra.temperature=0.5"],
+        "LLMConfig.extra must not set temperature: use the field(s) of that name",
+    ),
     (["policy=openai"], "OPENAI_BASE_URL"),  # no URL at all: where to put one
+    # a judge that would score nothing: NTM's checkpoints need judge=llm (the default judge group is rules)
+    (["env=ntm", f"env.dataset={NTM_FILE}"], "judge='rules' would score nothing"),
     # typos, unknown keys, options and flags
     (["episdes=3"], "Did you mean 'episodes'"),
     (["env.max_turn=3"], "Did you mean 'env.max_turns'"),

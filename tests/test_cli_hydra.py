@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.canned_server import CannedServer
+from omegaconf import OmegaConf
+from support.canned_server import CannedServer, eval_args
 
 import ifgym
 from ifgym.cli import compose, main
@@ -202,3 +203,32 @@ def test_a_base_url_without_v1_reaches_the_check_base_url_message(cwd):
     (line,) = [x for x in r.stderr.splitlines() if x.startswith("ifgym: error:")]
     assert f"{url}/chat/completions" in line or url in line
     assert "base_url" in line and "/v1" in line  # what to check
+
+
+def test_extra_request_fields_from_the_command_line_reach_the_server_and_the_run_key(cwd):
+    # the paper's sampling (temperature 0.7, top_p 0.8, top_k 20): top_k has no field of its own, so it goes in `extra`
+    sampling = ["policy.llm.temperature=0.7", "policy.llm.top_p=0.8", "++policy.llm.extra.top_k=20"]
+    with CannedServer(replies=["A reply."]) as server:
+        assert main([*eval_args(server, cwd / "a" / "episodes.jsonl", 1), *sampling]) == 0
+        assert (
+            main([*eval_args(server, cwd / "b" / "episodes.jsonl", 1), "+policy.llm.extra={top_k:20,min_p:0.05}"]) == 0
+        )
+    chats = [body for body in server.requests if body.get("messages")]
+    first, second = chats[:2], chats[2:]
+    assert first and second and len(chats) == 4  # two turns a run
+    assert all((b["temperature"], b["top_p"], b["top_k"]) == (0.7, 0.8, 20) for b in first)
+    assert all(b["top_k"] == 20 and b["min_p"] == 0.05 and "top_p" not in b for b in second)
+    assert json.loads((cwd / "a" / "run.json").read_text())["config"]["policy"]["llm"]["extra"] == {"top_k": 20}
+    # every role takes it; it changes what the model generates, so it is part of the run key (empty: left out)
+    roles = ["++policy.light_llm.extra.top_k=5", "+judge.llm.extra={min_p:0.1}", "++env.user_llm.extra.top_k=3"]
+    cfg = compose(["env=evolif_llm", *roles])
+    assert cfg.policy.light_llm.extra == {"top_k": 5} and cfg.judge.llm.extra == {"min_p": 0.1}
+    assert cfg.env.user_llm.extra == {"top_k": 3}
+
+    def key(overrides):
+        return run_key(OmegaConf.to_container(compose(overrides), resolve=True))
+
+    before = OmegaConf.to_container(compose([]), resolve=True)  # as a run from before the field was
+    for llm in (before["policy"]["llm"], before["policy"]["light_llm"], before["judge"]["llm"]):
+        del llm["extra"]
+    assert key(["++policy.llm.extra.top_k=20"]) != key([]) == run_key(before)

@@ -162,7 +162,7 @@ def test_only_the_final_reply_is_judged_with_one_verdict_per_checkpoint():
 
 def test_the_user_never_sees_the_replies_and_seed_k_plays_dialogue_k():
     def user_turns(reply):
-        env = make(judge="rules")
+        env = make(judge="rules", allow_unjudged=True)
         obs, _ = env.reset(seed=6)  # 6 mod 4 = dialogue 2
         said = [obs[-1]["content"]]
         while True:
@@ -177,7 +177,7 @@ def test_the_user_never_sees_the_replies_and_seed_k_plays_dialogue_k():
 
 
 def test_judge_rules_leaves_every_checkpoint_unknown_and_counts_it():
-    env = make(judge="rules")
+    env = make(judge="rules", allow_unjudged=True)
     episode = rollout(env, ScriptedPolicy(["fine"]), seed=0)
     final = episode.turns[-1]
     assert [v.label for v in final.verdicts] == ["unknown"] * 4 and final.reward == 0.0
@@ -339,7 +339,16 @@ def test_act_of_a_context_agent_run_is_the_wrappers_own_count():
             return make_client(config, role)
 
         policy = ContextAgent(ChatPolicy(client(base, "policy")), client(light, "light"), embedder=HashingEmbedder())
-        episode = rollout(make(judge="rules"), policy, seed=1)  # the 15-turn dialogue
+        episode = rollout(make(judge="rules", allow_unjudged=True), policy, seed=1)  # the 15-turn dialogue
     sent = [c.context_tokens for c in policy.costs]
     assert len(sent) == 15 and episode.meta["policy_usage"]["context_tokens"] == sum(sent)
     assert summarize([episode])["ACT/15"] == pytest.approx(sum(sent) / 15)
+
+
+def test_judge_rules_is_refused_unless_replaying_unscored_is_asked_for():
+    # no rule decides a checkpoint: a rules-only judge would leave TCR n/a, so it is refused, as StructFlowBench's is
+    with pytest.raises(ConfigError, match=r"judge='rules' would score nothing.*judge='llm'.*allow_unjudged=True"):
+        make(judge="rules")
+    with pytest.raises(ConfigError, match="allow_unjudged must be True or False"):
+        make(allow_unjudged="yes")
+    assert make(judge="rules", allow_unjudged=True).unwrapped.judge_kind == "rules"  # asked for: unscored replay
