@@ -15,6 +15,7 @@ status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -26,7 +27,7 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -41,6 +42,7 @@ __all__ = [
     "git_revision",
     "machine",
     "public_args",
+    "public_argv",
     "public_config",
     "run_key",
     "scrub_hydra_files",
@@ -228,6 +230,16 @@ def scrub_hydra_files(folder: str | Path) -> None:
 def public_args(argv: Sequence[str]) -> list[str]:
     """Command-line arguments with credentials cut from any URL in them, and secret or header overrides hidden."""
     return [_clean_url(_clean_overrides(arg)) for arg in argv]
+
+
+@contextlib.contextmanager
+def public_argv() -> Iterator[None]:
+    """A block in which `sys.argv` reads as `public_args` shows it, for libraries that record it (W&B's metadata)."""
+    argv, sys.argv = sys.argv, public_args(sys.argv)
+    try:
+        yield
+    finally:
+        sys.argv = argv
 
 
 def public_command(argv: Sequence[str]) -> str:

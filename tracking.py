@@ -22,7 +22,6 @@ import math
 import netrc
 import os
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import BackendError, UnknownNameError
-from ifgym.records import public_args, public_config
+from ifgym.records import public_argv, public_config
 
 MODES = ("online", "offline", "disabled")
 # W&B's own spellings of its modes (WANDB_MODE=dryrun is offline)
@@ -190,15 +189,16 @@ def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
         return None
     import wandb
 
-    run = wandb.init(
-        id=run_id,
-        resume="allow",
-        project=settings["project"],
-        entity=settings["entity"],
-        mode=settings["mode"],
-        dir=settings["dir"],
-        reinit="finish_previous",
-    )
+    with public_argv():  # `ifgym agreement` takes no credentials, but W&B's metadata never sees any
+        run = wandb.init(
+            id=run_id,
+            resume="allow",
+            project=settings["project"],
+            entity=settings["entity"],
+            mode=settings["mode"],
+            dir=settings["dir"],
+            reinit="finish_previous",
+        )
     run.summary.update(agreement_summary(result))
     run.finish()
     return settings["mode"]
@@ -225,8 +225,7 @@ class WandbLogger:
         Path(self.settings["dir"]).mkdir(parents=True, exist_ok=True)
         # W&B records the program's arguments (`sys.argv`) in the run's metadata, which `wandb sync` uploads:
         # it reads them while the run starts, so they are shown to it as run.json shows them
-        argv, sys.argv = sys.argv, public_args(sys.argv)
-        try:
+        with public_argv():
             self.run = wandb.init(
                 project=self.settings["project"],
                 entity=self.settings["entity"],
@@ -239,8 +238,6 @@ class WandbLogger:
                 config=public_config(dict(config)) | {"run_key": run_key},
                 reinit="finish_previous",
             )
-        finally:
-            sys.argv = argv
         # the run summary is the run's metrics (set in finish), never the last episode's values
         self.run.define_metric("episode/*", summary="none")
         self._summarize = summarize

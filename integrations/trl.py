@@ -336,24 +336,26 @@ def _wandb_run(cfg: dict[str, Any], run_dir: Path) -> Any:
         return None
     import wandb
 
+    from ifgym.records import public_argv
     from ifgym.tracking import public_config, resolve_settings
 
     settings = resolve_settings(cfg["logger"], run_dir=run_dir, name=run_dir.name)
     if settings["mode"] == "disabled":
         return None
     Path(settings["dir"]).mkdir(parents=True, exist_ok=True)
-    return wandb.init(
-        project=settings["project"],
-        entity=settings["entity"],
-        name=settings["name"],
-        group=settings["group"],
-        tags=settings["tags"],
-        mode=settings["mode"],
-        dir=settings["dir"],
-        job_type="train",
-        config=public_config(dict(cfg)),
-        reinit="finish_previous",
-    )
+    with public_argv():  # W&B records the program's arguments in its metadata: shown as run.json shows them
+        return wandb.init(
+            project=settings["project"],
+            entity=settings["entity"],
+            name=settings["name"],
+            group=settings["group"],
+            tags=settings["tags"],
+            mode=settings["mode"],
+            dir=settings["dir"],
+            job_type="train",
+            config=public_config(dict(cfg)),
+            reinit="finish_previous",
+        )
 
 
 def _flat_summary(summary: dict[str, Any]) -> dict[str, float]:

@@ -87,9 +87,8 @@ class LLMClient:
         # pickled (e.g. into a Ray worker) as its settings: the copy has its own connections, limits and usage
         return (LLMClient, (self.config, self.role, self.config_key, self.cache))
 
-    def __repr__(self) -> str:
-        where = self.config.base_url or f"embedded:{self.model}"
-        return f"LLMClient(role={self.role!r}, model={self.model!r}, at={where!r})"
+    def __repr__(self) -> str:  # the endpoint's host only: a base_url may carry user:password@ or ?key=
+        return f"LLMClient(role={self.role!r}, {model_place(self)})"
 
     @property
     def backend(self) -> str:

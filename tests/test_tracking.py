@@ -189,3 +189,14 @@ def test_sweep_jobs_are_grouped_by_the_sweep(tmp_path):
         groups.add(run["run_group"])
         names.add(run["display_name"])
     assert groups == {sweep.name} and names == {f"{sweep.name}-0", f"{sweep.name}-1"}
+
+
+def test_public_argv_shows_libraries_the_arguments_without_credentials_and_restores_them(monkeypatch):
+    # W&B (eval, train, agreement) reads sys.argv while a run starts; inside the block it reads the cleaned form
+    from ifgym.records import public_argv
+
+    argv = ["ifgym", "eval", "policy.llm.base_url=http://u:canary-pw-7@127.0.0.1:9/v1", "episodes=2"]
+    monkeypatch.setattr(sys, "argv", list(argv))
+    with public_argv():
+        assert sys.argv == ["ifgym", "eval", "policy.llm.base_url=http://127.0.0.1:9/v1", "episodes=2"]
+    assert sys.argv == argv

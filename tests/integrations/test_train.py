@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from support.wandb_reader import history, inspect, offline_runs
@@ -23,6 +25,10 @@ def test_two_grpo_steps_write_metrics_a_model_and_a_held_out_eval(tmp_path, caps
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = tmp_path / "run"
     args = ["train", "trainer=smoke", f"hydra.run.dir={out}", "progress=false", "trainer.threads=1", "logger=wandb"]
+    # W&B records the program's arguments in its run file: a URL's password there must not reach it (judge=rules
+    # leaves judge.llm unused, so the URL changes nothing else)
+    args.append("judge.llm.base_url=http://u:canary-train-pw-5@127.0.0.1:9/v1")
+    monkeypatch.setattr(sys, "argv", ["ifgym", *args])
     assert main(args) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
@@ -42,6 +48,7 @@ def test_two_grpo_steps_write_metrics_a_model_and_a_held_out_eval(tmp_path, caps
     assert "trained smollm2-135m for 2 steps" in capsys.readouterr().out
     # the same steps on W&B (offline run, read back with W&B's own reader), and the held-out result in its summary
     (run_file,) = offline_runs(out)
+    assert b"canary-train-pw-5" not in Path(run_file).read_bytes()
     logged = [h for h in history(run_file) if "train/reward" in h]
     assert [h["_step"] for h in logged] == [1, 2]
     assert [h["train/reward"] for h in logged] == [r["reward"] for r in rows]

@@ -273,6 +273,12 @@ def test_api_key_is_sent_but_never_described(monkeypatch):
     assert client.describe()["api_key_env"] == "IFGYM_TEST_KEY" and client.describe()["role"] == "policy"
 
 
+def test_repr_names_the_host_never_a_urls_credentials_or_query():
+    # a repr lands in tracebacks, logs and exception messages: user:password@ and ?key= must not
+    client = make_client({"base_url": "http://alice:pw-sentinel-31@127.0.0.1:8011/v1?key=q-sentinel-9", "model": "m"})
+    assert repr(client) == "LLMClient(role='policy', m (http 127.0.0.1:8011))"
+
+
 def test_unset_key_sends_a_placeholder(monkeypatch):
     monkeypatch.delenv("IFGYM_TEST_KEY", raising=False)
     with CannedServer() as srv:
