@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ifgym.core import UserTurn, Verdict
+from ifgym.errors import ConfigError, UnknownNameError
 
 __all__ = ["UserSimulator"]
 
@@ -63,3 +65,34 @@ class UserSimulator(ABC):
         Simulators that can end a dialogue for other reasons (a hang-up, a finished task) override it.
         """
         return "script_end"
+
+
+def pick_dialogue(
+    dialogues: Sequence[Any],
+    by_id: Mapping[str, int],
+    rng: np.random.Generator,
+    options: Mapping | None,
+    *,
+    option_kind: str,
+    id_kind: str,
+) -> Any:
+    """A replaying user's dialogue for `reset`: `options["dialogue"]` (an index or an id in `by_id`), else `rng`'s pick.
+
+    `option_kind` and `id_kind` name the reset option and the id in the errors (unknown option,
+    index out of range, unknown id).
+    """
+    options = dict(options or {})
+    for key in options:
+        if key != "dialogue":
+            raise UnknownNameError(option_kind, key, ("dialogue",))
+    choice = options.get("dialogue")
+    if choice is None:
+        return dialogues[int(rng.integers(len(dialogues)))]
+    if isinstance(choice, numbers.Integral) and not isinstance(choice, bool):  # also numpy integers
+        choice = int(choice)
+        if not 0 <= choice < len(dialogues):
+            raise ConfigError(f"dialogue index {choice} is outside 0..{len(dialogues) - 1}")
+        return dialogues[choice]
+    if isinstance(choice, str) and choice in by_id:
+        return dialogues[by_id[choice]]
+    raise UnknownNameError(id_kind, choice, by_id)

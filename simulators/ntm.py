@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
-from ifgym.errors import ConfigError, DataFormatError, IfgymError, UnknownNameError
+from ifgym.errors import ConfigError, DataFormatError, IfgymError
 from ifgym.files import not_a_folder
-from ifgym.simulators.base import UserSimulator
+from ifgym.simulators.base import UserSimulator, pick_dialogue
 
 __all__ = ["LENGTH_BUCKETS", "NTMDialogue", "NTMUser", "length_bucket", "load_ntm", "parse_checkpoints"]
 
@@ -220,20 +220,9 @@ class NTMUser(UserSimulator):
         self._next = 0
 
     def _pick(self, rng: np.random.Generator, options: Mapping | None) -> NTMDialogue:
-        options = dict(options or {})
-        for key in options:
-            if key != "dialogue":
-                raise UnknownNameError("NTM reset option", key, ("dialogue",))
-        choice = options.get("dialogue")
-        if choice is None:
-            return self.dialogues[int(rng.integers(len(self.dialogues)))]
-        if isinstance(choice, numbers.Integral) and not isinstance(choice, bool):
-            if not 0 <= int(choice) < len(self.dialogues):
-                raise ConfigError(f"dialogue index {int(choice)} is outside 0..{len(self.dialogues) - 1}")
-            return self.dialogues[int(choice)]
-        if isinstance(choice, str) and choice in self._by_id:
-            return self.dialogues[self._by_id[choice]]
-        raise UnknownNameError("NTM conversation_id", choice, self._by_id)
+        return pick_dialogue(
+            self.dialogues, self._by_id, rng, options, option_kind="NTM reset option", id_kind="NTM conversation_id"
+        )
 
     def _turn(self, k: int) -> UserTurn:
         d = self.dialogue

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ifgym.core import UserTurn, Verdict
-from ifgym.errors import ConfigError, GenerationError, IfgymError, UnknownNameError
-from ifgym.simulators.base import UserSimulator
+from ifgym.errors import ConfigError, GenerationError, IfgymError
+from ifgym.simulators.base import UserSimulator, pick_dialogue
 from ifgym.simulators.structflow.format import Dialogue
 from ifgym.simulators.structflow.llm_generator import LLMDialogueGenerator
 from ifgym.simulators.structflow.template_generator import TemplateDialogueGenerator
@@ -49,21 +48,9 @@ class StructFlowUser(UserSimulator):
 
     # -- choosing the dialogue ----------------------------------------------------------------
     def _pick(self, rng: np.random.Generator, options: Mapping | None) -> Dialogue:
-        options = dict(options or {})
-        for key in options:
-            if key != "dialogue":
-                raise UnknownNameError("StructFlow replay option", key, ("dialogue",))
-        choice = options.get("dialogue")
-        if choice is None:
-            return self.dialogues[int(rng.integers(len(self.dialogues)))]
-        if isinstance(choice, numbers.Integral) and not isinstance(choice, bool):  # also numpy integers
-            choice = int(choice)
-            if not 0 <= choice < len(self.dialogues):
-                raise ConfigError(f"dialogue index {choice} is outside 0..{len(self.dialogues) - 1}")
-            return self.dialogues[choice]
-        if isinstance(choice, str) and choice in self._by_id:
-            return self.dialogues[self._by_id[choice]]
-        raise UnknownNameError("dialogue id", choice, self._by_id)
+        return pick_dialogue(
+            self.dialogues, self._by_id, rng, options, option_kind="StructFlow replay option", id_kind="dialogue id"
+        )
 
     def _generate(self, rng: np.random.Generator, options: Mapping | None) -> Dialogue:
         if isinstance(self.generator, LLMDialogueGenerator):
