@@ -507,7 +507,6 @@ def test_a_built_client_names_its_model_once(caplog):
 
 
 def test_the_embedded_model_is_announced_as_a_warning_before_it_loads(caplog):
-    pytest.importorskip("llama_cpp")  # the client is built, never called: no model is loaded
     with caplog.at_level(logging.WARNING, logger="ifgym"):
         resolve_client({"embedded_model": "smollm2-135m"}, "user")
     (record,) = [r for r in caplog.records if r.name == "ifgym.llm.client"]
