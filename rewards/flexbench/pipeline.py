@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ifgym.answers import item_number, json_object
-from ifgym.errors import ConfigError, DataFormatError
+from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.rewards.flexbench.dimensions import ALWAYS, Dimension, DimensionSet, Message, _check_logic, fingerprint
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +297,9 @@ def _parse_logic(rows: Sequence[_CriteriaRow]) -> Callable[[str], tuple[Any, lis
     return parse
 
 
+PIPELINES = ("ifgym",)  # how `build_dimensions` runs: ifgym's steps
+
+
 def build_dimensions(
     sop_text: str,
     client: Any,
@@ -305,6 +308,7 @@ def build_dimensions(
     opening_line: str | None = None,
     max_rounds: int = 2,
     max_retries: int = 2,
+    pipeline: str = "ifgym",
 ) -> DimensionSet:
     """Run the dimension pipeline on an SOP with a model; the result is marked `reviewed: false`.
 
@@ -314,6 +318,7 @@ def build_dimensions(
     logic) is re-asked up to `max_retries` times, then DataFormatError. The verifier's last findings
     and every step's problems are kept in `meta["pipeline"]` for the reviewer.
     """
+    UnknownNameError.check(("pipeline", pipeline, PIPELINES))
     for name, value in (("max_rounds", max_rounds), ("max_retries", max_retries)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"build_dimensions {name} must be an int >= 0, got {value!r}")
