@@ -21,6 +21,8 @@ from ifgym.rewards.flexbench import (
     PAPER_DEFINITIONS,
     PAPER_HEADLINE,
     PAPER_HEADLINE_METRIC,
+    PAPER_TEMPERATURE,
+    PAPER_TEMPERATURE_STEP,
     PIPELINES,
     DimensionSet,
     FlexBenchRubric,
@@ -308,8 +310,8 @@ class FlexBenchEnv(ChatEnv):
             metrics=self.metrics,
         )
         deviations = [
-            f"SOP {self.sop.name!r} is one of ifgym's own instructions (or yours), not the paper's scenarios; "
-            "neither the paper's SOPs nor its conversation corpus ship with ifgym",
+            f"SOP {self.sop.name!r} is not one of the paper's scenarios (neither its SOPs nor its conversation "
+            "corpus ship with ifgym)",
             "the caller's, the judge's and the pipeline's prompts are written in ifgym's own words, not the paper's",
             "always-on rules (unconditional prohibitions and limits) are counted in Achievement as requirements whose "
             "condition holds on every agent message, and known branches of one mutually exclusive set count once "
@@ -333,6 +335,14 @@ class FlexBenchEnv(ChatEnv):
             )
         elif self.pipeline != "paper":
             deviations.append("pipeline=ifgym: segment, criteria, verify, modify, logic; not appendix B's stages")
+        else:
+            deviations += [
+                "pipeline=paper: Gradual is read as splitting criteria that check several things into single checks, "
+                "Dependency as ifgym's precondition groups and exclusive sets (ifgym's reading of appendix B's stages)",
+                f"pipeline decoding: temperature {PAPER_TEMPERATURE:g}, each re-ask {PAPER_TEMPERATURE_STEP:g} hotter, "
+                "3 tries per stage and 2 modification rounds (ifgym's values for the paper's low temperature and "
+                "bounded retries)",
+            ]
         out["deviations"] = deviations
         return out
 

@@ -191,5 +191,6 @@ def test_flexbench_paper_runs_the_papers_pipeline_and_leads_with_equations_6_and
     assert strict["coverage_per_call"] == pytest.approx(1 / 3)
     assert temperatures == {0.2}  # the pipeline at the paper's decoding
     assert "not FlexBench's protocol:" in printed and "ifgym's own words" in printed
+    assert "Gradual is read as" in printed and "temperature 0.2, each re-ask 0.2 hotter" in printed
     built = load_dimensions(str(out.parent / "payco.dimensions.json"))
     assert [s["stage"] for s in built.meta["pipeline"]["stages"]][-2:] == ["gradual", "dependency"]

@@ -127,7 +127,7 @@ PAPER_DEFINITIONS: dict[str, str] = {
     "(branches whose condition held and whose base action was attempted, plus always-on rules)",
     "coverage_per_call": "ifgym's coverage: base actions attempted per call, averaged over calls",
     "achievement_per_call": "ifgym's achievement: branches done right per call (rules apart), averaged over calls",
-    "compliance": "always-on rules kept, per call, averaged over calls (ifgym's; inside Achievement in the paper)",
+    "compliance": "always-on rules kept, per call, averaged over calls (ifgym's; Achievement counts these rules)",
     "compliance_pooled": "always-on rules kept / judged, summed over all calls",
     "score": "ifgym's episode score, mean(coverage, achievement) x compliance per call, averaged (not the paper's)",
 }

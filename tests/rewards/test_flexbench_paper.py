@@ -125,7 +125,7 @@ def test_protocol_names_every_difference_of_an_offline_paper_run():
     assert protocol["paper"] == "FlexBench" and protocol["metrics"] == "paper"
     text = "\n".join(protocol["deviations"])
     for fragment in (
-        "not the paper's scenarios",
+        "not one of the paper's scenarios",
         "ifgym's own words",
         "always-on rules",
         "user=scripted",
