@@ -66,7 +66,8 @@ commands:
                              accuracy and yes-rate on the human's negatives per group with bootstrap intervals,
                              written to summary.json and to the run's W&B run when it has one
   flexbench-dimensions SOP OUT [KEY=VALUE ...]  build an SOP's FlexBench dimension file with a model
-                             (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M)
+                             (KEY=VALUE: LLM settings, e.g. base_url=http://127.0.0.1:8000/v1 model=M;
+                             pipeline=paper runs the FlexBench paper's appendix B stages)
 
 config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
@@ -1502,7 +1503,10 @@ def flexbench_dimensions(args: list[str]) -> int:
     from ifgym.simulators.flexbench import load_sop
 
     if len(args) < 2 or any("=" not in a for a in args[2:]):
-        print("usage: ifgym flexbench-dimensions SOP OUT.dimensions.json [KEY=VALUE ...]", file=sys.stderr)
+        print(
+            "usage: ifgym flexbench-dimensions SOP OUT.dimensions.json [pipeline=ifgym|paper] [KEY=VALUE ...]",
+            file=sys.stderr,
+        )
         return 2
     settings = {}
     for item in args[2:]:
@@ -1510,9 +1514,14 @@ def flexbench_dimensions(args: list[str]) -> int:
         if not key:
             raise ConfigError(f"flexbench-dimensions: {item!r} is not KEY=VALUE")
         settings[key] = yaml.safe_load(value) if value else None  # typed like a Hydra override
+    pipeline = settings.pop("pipeline", "ifgym")  # the rest configure the model
     sop = load_sop(args[0])
     dims = build_dimensions(
-        sop.instruction, make_client(settings, "judge"), sop_name=sop.name, opening_line=sop.opening_line
+        sop.instruction,
+        make_client(settings, "judge"),
+        sop_name=sop.name,
+        opening_line=sop.opening_line,
+        pipeline=pipeline,
     )
     out = Path(args[1]).expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -138,6 +138,10 @@ class DataFormatError(IfgymError, ValueError):
     """An input file (replay script, dataset, episodes JSONL) is malformed; the message names where."""
 
 
+class IncompleteDimensionsError(DataFormatError):
+    """FlexBench's paper pipeline: the verifier never found the criteria complete within the bounded rounds."""
+
+
 class EpisodeTimeoutError(IfgymError, TimeoutError):
     """An episode did not finish within its deadline (`episode_timeout`); recorded as a failed episode."""
 

@@ -76,6 +76,11 @@ OPERATIONAL_KEYS = (
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
 
+# Env settings added after runs were made, at the value that keeps the earlier behaviour: left out of the run
+# key at that value, so a run from before the setting keeps its key (and its folder) and resumes into it.
+ENV_KEYS_ADDED_LATER = {"pipeline": "ifgym", "metrics": "ifgym"}  # FlexBench's paper preset (issue 20)
+
+
 def run_key(cfg: Mapping[str, Any]) -> str:
     """Hash of what defines the episodes: the env, policy and judge settings, less operational LLM keys."""
 
@@ -88,6 +93,9 @@ def run_key(cfg: Mapping[str, Any]) -> str:
         return node
 
     keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}
+    if isinstance(keep["env"], dict):
+        added = ENV_KEYS_ADDED_LATER
+        keep["env"] = {k: v for k, v in keep["env"].items() if not (k in added and added[k] == v)}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -17,6 +17,13 @@ from ifgym.rewards.flexbench import (
     DEFAULT_DIMENSION_MODE,
     DIMENSION_MODES,
     DIMENSIONS_SUFFIX,
+    METRICS,
+    PAPER_DEFINITIONS,
+    PAPER_HEADLINE,
+    PAPER_HEADLINE_METRIC,
+    PAPER_TEMPERATURE,
+    PAPER_TEMPERATURE_STEP,
+    PIPELINES,
     DimensionSet,
     FlexBenchRubric,
     FlexBenchScorer,
@@ -36,12 +43,13 @@ from ifgym.rewards.flexbench import summarize_rows as flex_summarize_rows
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
 USERS = ("scripted", "llm")
+PAPER = "FlexBench"
 JUDGES = ("rules", "llm")
 
 
 # Dimensions built by the pipeline, once per process for an SOP text and a model (the CLI makes
 # several envs per run: one to check the config, one per episode).
-_BUILT: dict[tuple[str, str, str, str], DimensionSet] = {}
+_BUILT: dict[tuple[str, str, str, str, str], DimensionSet] = {}
 _BUILT_LOCK = threading.Lock()
 
 
@@ -50,12 +58,14 @@ def _client_key(client: Any) -> str:
     return f"{type(client).__name__}:{getattr(client, 'model', '')}@{base_url or ''}"
 
 
-def built_dimensions(sop: Any, client: Any) -> DimensionSet:
+def built_dimensions(sop: Any, client: Any, pipeline: str = "ifgym") -> DimensionSet:
     """Run the dimension pipeline for an SOP, or return this process's earlier result for the same text and model."""
-    key = (fingerprint(sop.instruction), sop.name, sop.opening_line, _client_key(client))
+    key = (fingerprint(sop.instruction), sop.name, sop.opening_line, _client_key(client), pipeline)
     with _BUILT_LOCK:  # held while building: two envs made at once build once
         if key not in _BUILT:
-            _BUILT[key] = build_dimensions(sop.instruction, client, sop_name=sop.name, opening_line=sop.opening_line)
+            _BUILT[key] = build_dimensions(
+                sop.instruction, client, sop_name=sop.name, opening_line=sop.opening_line, pipeline=pipeline
+            )
         return _BUILT[key]
 
 
@@ -112,6 +122,8 @@ class FlexBenchEnv(ChatEnv):
     | `persona` | `None` | caller file (`.user.json`); `None` = the SOP's companion file or (LLM user) inferred |
     | `dimensions` | `None` | file, mapping, `DimensionSet`; `None` = shipped / next to the SOP; `"build"` = pipeline |
     | `dimensions_out` | `None` | with `"build"`: where to save the built file (built once per process and model) |
+    | `pipeline` | `"ifgym"` | with `"build"`: `"ifgym"` (segment, criteria, verify, modify, logic) or `"paper"` |
+    | `metrics` | `"ifgym"` | `"ifgym"` (per-call means, the score first) or `"paper"` (equations (6) and (7) first) |
     | `patience` | `"persona"` | the persona's own patience, `None` (off) or an int for every persona |
     | `max_turns` | `20` | truncation length (int or `None`) |
     | `reward` | `"both"` | `"turn"`, `"episode"` or `"both"` |
@@ -124,7 +136,8 @@ class FlexBenchEnv(ChatEnv):
     `reset(options=...)` accepts `cooperativeness` and `facts` (a mapping pinning fact values).
 
     ## Version History
-    - v0: first release. Revised before any published result after an audit: always-on rules
+    - v0: first release. `metrics="paper"` and `pipeline="paper"` (env=flexbench_paper) were added
+      later; they change no default. Revised before any published result after an audit: always-on rules
       are scored as Compliance (they were base actions), a base action without evidence is never
       yes, the closing dimensions check the summary of the next step, turn rewards can be
       negative, and the end-of-call keyword rules are anchored.
@@ -144,6 +157,8 @@ class FlexBenchEnv(ChatEnv):
         persona: str | Path | Mapping[str, Any] | None = None,
         dimensions: str | Path | Mapping[str, Any] | DimensionSet | None = None,
         dimensions_out: str | Path | None = None,
+        pipeline: str = "ifgym",
+        metrics: str = "ifgym",
         patience: int | str | None = "persona",
         max_turns: int | None = 20,
         reward: str = "both",
@@ -157,7 +172,11 @@ class FlexBenchEnv(ChatEnv):
         env_name: str | None = None,
     ):
         UnknownNameError.check(
-            ("user", user, USERS), ("judge", judge, JUDGES), ("judge_mode", judge_mode, DIMENSION_MODES)
+            ("user", user, USERS),
+            ("judge", judge, JUDGES),
+            ("judge_mode", judge_mode, DIMENSION_MODES),
+            ("pipeline", pipeline, PIPELINES),
+            ("metrics", metrics, METRICS),
         )
         FlexBenchRubric.check_settings(reward, end_weight, judge_every_turn)
         if user == "llm" and judge == "rules":
@@ -173,8 +192,18 @@ class FlexBenchEnv(ChatEnv):
                 f"dimensions_out={str(dimensions_out)!r} saves dimensions built by the pipeline; it needs "
                 "dimensions='build'"
             )
+        if pipeline != "ifgym" and not (isinstance(dimensions, str) and dimensions == "build"):
+            raise ConfigError(
+                f"pipeline={pipeline!r} chooses how dimensions are built; it needs dimensions='build' (on the command "
+                "line: env.dimensions=build), or pipeline='ifgym' to use a dimension file"
+            )
         if env_name:
             self.env_name = env_name
+        self.pipeline, self.metrics = pipeline, metrics
+        if metrics == "paper":  # the run's results table leads with the paper's equations (6) and (7)
+            self.headline_metrics = PAPER_HEADLINE
+            self.headline_metric = PAPER_HEADLINE_METRIC
+            self.metric_definitions = PAPER_DEFINITIONS
         self.sop = load_sop(sop)
         if user == "scripted":
             simulator = ScriptedUser(self.sop, persona, cooperativeness=cooperativeness, patience=patience)
@@ -190,6 +219,7 @@ class FlexBenchEnv(ChatEnv):
         judge_client = resolve_client(judge_llm, "judge") if judge == "llm" or dimensions == "build" else None
         self.dimensions = self._dimensions(dimensions, judge_client)
         self.dimensions_built = isinstance(dimensions, str) and dimensions == "build"
+        self._models = {"user": getattr(simulator, "client", None), "judge": judge_client}
         if dimensions_out is not None:
             Path(dimensions_out).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.dimensions.save(Path(dimensions_out).expanduser())
@@ -226,7 +256,7 @@ class FlexBenchEnv(ChatEnv):
         if isinstance(source, DimensionSet):
             dims = source
         elif isinstance(source, str) and source == "build":
-            dims = built_dimensions(sop, client)
+            dims = built_dimensions(sop, client, self.pipeline)
         elif source is not None:
             dims = load_dimensions(source)
         elif sop.path is not None and sop.path.parent == SOP_DIR:
@@ -263,6 +293,58 @@ class FlexBenchEnv(ChatEnv):
             "reward": self.rubric.mode,
             "dimensions": self.dimensions.to_json(),
         }
+        if self.metrics != "ifgym":  # recorded only when not the default, so earlier episodes keep their form
+            self._episode.meta["flexbench"]["metrics"] = self.metrics
+
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings; with `metrics="paper"` also each way a run differs from the FlexBench paper's."""
+        out = super().protocol()
+        if self.metrics != "paper":
+            return out  # ifgym's own measure: no paper to differ from
+        out.update(
+            paper=PAPER,
+            sop=self.sop.name,
+            user=self.user_kind,
+            judge=self.judge_kind,
+            dimensions="built (pipeline=" + self.pipeline + ")" if self.dimensions_built else "file",
+            metrics=self.metrics,
+        )
+        deviations = [
+            f"SOP {self.sop.name!r} is not one of the paper's scenarios (neither its SOPs nor its conversation "
+            "corpus ship with ifgym)",
+            "the caller's, the judge's and the pipeline's prompts are written in ifgym's own words, not the paper's",
+            "always-on rules (unconditional prohibitions and limits) are counted in Achievement as requirements whose "
+            "condition holds on every agent message, and known branches of one mutually exclusive set count once "
+            "with the worst label: ifgym's reading of the paper's sets",
+        ]
+        models = ", ".join(
+            f"{role} {getattr(client, 'model', '?')}" for role, client in self._models.items() if client is not None
+        )
+        if models:
+            deviations.append(f"models: {models} (the paper's results come from its own user and judge models)")
+        if self.user_kind == "scripted":
+            deviations.append("user=scripted: a scripted caller with fixed lines, not the paper's LLM persona caller")
+        if self.judge_kind == "rules":
+            deviations.append("judge=rules: the dimension files' offline rules, not the paper's LLM judge")
+        elif getattr(self.scorer.judge, "mode", None) == "evidence":
+            deviations.append("judge_mode=evidence: a yes must quote the agent (ifgym's stricter judge)")
+        if not self.dimensions_built:
+            deviations.append(
+                "dimensions from a file (ifgym's hand-reviewed set for the shipped SOPs), not built by the paper's "
+                "pipeline (env.dimensions=build env.pipeline=paper)"
+            )
+        elif self.pipeline != "paper":
+            deviations.append("pipeline=ifgym: segment, criteria, verify, modify, logic; not appendix B's stages")
+        else:
+            deviations += [
+                "pipeline=paper: Gradual is read as splitting criteria that check several things into single checks, "
+                "Dependency as ifgym's precondition groups and exclusive sets (ifgym's reading of appendix B's stages)",
+                f"pipeline decoding: temperature {PAPER_TEMPERATURE:g}, each re-ask {PAPER_TEMPERATURE_STEP:g} hotter, "
+                "3 tries per stage and 2 modification rounds (ifgym's values for the paper's low temperature and "
+                "bounded retries)",
+            ]
+        out["deviations"] = deviations
+        return out
 
     def _record_start(self) -> None:
         caller = self.user.episode_meta()

@@ -3,6 +3,7 @@ user configs (--config-dir/--config-name), and the run record (run.json) every r
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import os
@@ -232,3 +233,15 @@ def test_extra_request_fields_from_the_command_line_reach_the_server_and_the_run
     for llm in (before["policy"]["llm"], before["policy"]["light_llm"], before["judge"]["llm"]):
         del llm["extra"]
     assert key(["++policy.llm.extra.top_k=20"]) != key([]) == run_key(before)
+
+
+def test_flexbench_runs_from_before_the_paper_settings_keep_their_run_key():
+    key = run_key
+    for option in ("flexbench", "flexbench_llm"):
+        now = OmegaConf.to_container(compose([f"env={option}"]), resolve=True)
+        before = copy.deepcopy(now)
+        del before["env"]["pipeline"], before["env"]["metrics"]  # as a run from before the settings was
+        assert key(now) == key(before)
+    # the paper's settings define other episodes: another key
+    paper = OmegaConf.to_container(compose(["env=flexbench", "env.metrics=paper"]), resolve=True)
+    assert key(paper) != key(OmegaConf.to_container(compose(["env=flexbench"]), resolve=True))

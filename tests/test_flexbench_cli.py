@@ -9,7 +9,7 @@ import json
 import pytest
 from support.canned_judges import gold_or
 from support.canned_server import CannedServer
-from support.flexbench_pipeline import TOY_SOP, pipeline_answerer
+from support.flexbench_pipeline import PAPER_SOP, TOY_SOP, paper_answerer, pipeline_answerer
 from support.prompts import prompt_kind
 
 from ifgym.cli import compose, main
@@ -19,7 +19,11 @@ from ifgym.rewards.flexbench import load_dimensions
 # set by the judge group (judge, judge_mode, judge_llm), by the LLM config only (user_llm), or not a user setting
 NOT_IN_YAML = {"judge", "judge_mode", "judge_llm", "user_llm", "render_mode", "env_name"}
 # deliberate differences from the class defaults (the option's own caller); the CLI and gym.make agree otherwise
-YAML_DEFAULTS = {"flexbench": {}, "flexbench_llm": {"user": "llm"}}
+YAML_DEFAULTS = {
+    "flexbench": {},
+    "flexbench_llm": {"user": "llm"},
+    "flexbench_paper": {"user": "llm", "dimensions": "build", "pipeline": "paper", "metrics": "paper"},
+}
 
 
 @pytest.mark.parametrize("option", sorted(YAML_DEFAULTS))
@@ -136,3 +140,57 @@ def test_flexbench_dimensions_command_builds_and_saves_a_reviewable_file(tmp_pat
 def test_flexbench_dimensions_command_errors(args, fragment, capsys):
     assert main(args) == 2
     assert fragment in capsys.readouterr().err
+
+
+def test_flexbench_paper_runs_the_papers_pipeline_and_leads_with_equations_6_and_7(tmp_path, capsys, monkeypatch):
+    sop = tmp_path / "payco.md"
+    sop.write_text(f"---\nopening_line: Hello from PayCo.\n---\n{PAPER_SOP}\n")
+    out = tmp_path / "run" / "episodes.jsonl"
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    pipeline = paper_answerer()
+
+    def model(messages):
+        if prompt_kind(messages) == "caller.design":
+            return json.dumps(
+                {"business_context": "A shop.", "goal": "Get paid.", "typical_questions": [], "catchphrases": []}
+            )
+        if prompt_kind(messages) is None:
+            return pipeline(messages)  # the pipeline's stages (one system prompt, told apart by their task)
+        return models(messages)
+
+    with CannedServer(gold_or(model), model="canned-model") as server:
+        code = main(
+            [
+                "eval",
+                "env=flexbench_paper",
+                f"env.sop={sop}",
+                f"env.user_llm.base_url={server.base_url}",
+                "env.user_llm.model=canned-model",
+                "judge=llm",
+                f"judge.llm.base_url={server.base_url}",
+                "judge.llm.model=canned-model",
+                "policy=scripted",
+                "policy.replies=[Am I speaking with the person in charge?]",
+                "episodes=2",
+                f"output={out}",
+                "progress=false",
+                "plots=false",
+            ]
+        )
+        temperatures = {r.get("temperature") for r in server.requests if prompt_kind(r["messages"]) is None}
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    summary = json.loads((out.parent / "summary.json").read_text())
+    assert summary["headline"][:2] == ["Coverage", "Achievement"]
+    strict = summary["strict"]
+    # 7 dimensions built (3 base actions, 3 branches of d1 in one exclusive cluster, 1 rule); the judge says
+    # yes to d1 and "skipped" to the rest: 1 of 3 base actions attempted per call; the branches were due and
+    # not done (no), counted once per call as one cluster; the rule unknown (skipped is no verdict for a rule)
+    assert strict["Coverage"] == pytest.approx(1 / 3) and "coverage" not in strict
+    assert strict["Achievement"] == 0.0 and strict["exclusive_conflicts"] == 2
+    assert strict["coverage_per_call"] == pytest.approx(1 / 3)
+    assert temperatures == {0.2}  # the pipeline at the paper's decoding
+    assert "not FlexBench's protocol:" in printed and "ifgym's own words" in printed
+    assert "Gradual is read as" in printed and "temperature 0.2, each re-ask 0.2 hotter" in printed
+    built = load_dimensions(str(out.parent / "payco.dimensions.json"))
+    assert [s["stage"] for s in built.meta["pipeline"]["stages"]][-2:] == ["gradual", "dependency"]

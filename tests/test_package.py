@@ -88,6 +88,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
         "ifgym/simulators/assets/personas.json",
         "ifgym/conf/env/flexbench.yaml",
         "ifgym/conf/env/flexbench_llm.yaml",
+        "ifgym/conf/env/flexbench_paper.yaml",
     ]
     for sop in ("merchant_onboarding", "freight_dispatch", "station_lead"):
         flexbench += [f"ifgym/simulators/assets/sops/{sop}.md", f"ifgym/simulators/assets/sops/{sop}.user.json"]

@@ -42,6 +42,10 @@ verbatim from the SOP → one criterion per unit → verification (is coverage c
 missing, which criterion invents a requirement) → a bounded modification loop → logic extraction
 (groups and mutually exclusive sets). Malformed model answers are re-asked a bounded number of
 times; the result is marked `reviewed: false` with the verifier's last findings in `meta`.
+`pipeline="paper"` runs the paper's appendix B instead (segmentation with stand-alone, canonicalised
+segments and intent + wording for scripts → criteria → verification → modification, coverage first →
+gradual → dependency; temperature 0.2, hotter on each re-ask; only a verified-complete set goes on),
+keeping each stage's output in `meta["pipeline"]["stages"]`.
 
 **Judge.** One verdict per dimension over the whole trace, with the same meaning in both judges:
 
@@ -74,6 +78,11 @@ form of the same ratios, where each base action, branch or rule weighs the same.
 when calls exercise different numbers of branches (a call with one failed branch weighs as much
 as a call with five passed ones in `achievement`, a fifth as much in `achievement_pooled`); with
 one SOP every call has the same base actions, so the two Coverage figures are equal.
+
+Episodes played with `metrics="paper"` (env=flexbench_paper) are summed up as the paper does
+instead (`paper_metrics`): `Coverage` and `Achievement` are its equations (6) and (7), sums over
+every call, with the always-on rules among Achievement's requirements; the per-call means follow
+as `coverage_per_call` and `achievement_per_call`, then `compliance` and `score`.
 
 The episode score (`FlexScores.score`, the env's end-of-episode reward) is
 `mean(Coverage, Achievement) × Compliance` (Coverage alone where Achievement is n/a, factor 1
@@ -110,19 +119,31 @@ from ifgym.rewards.flexbench.judges import (
     RuleJudge,
     parse_labels,
 )
-from ifgym.rewards.flexbench.pipeline import build_dimensions
+from ifgym.rewards.flexbench.pipeline import (
+    PAPER_TEMPERATURE,
+    PAPER_TEMPERATURE_STEP,
+    PIPELINES,
+    build_dimensions,
+    paper_temperatures,
+)
 from ifgym.rewards.flexbench.report import (
     DEFINITIONS,
     HEADLINE,
     HEADLINE_METRIC,
+    METRICS,
+    PAPER_DEFINITIONS,
+    PAPER_HEADLINE,
+    PAPER_HEADLINE_METRIC,
     FlexRow,
     consistency,
     dimension_table,
     episode_dimensions,
+    episode_metrics,
     episode_row,
     episode_scores,
     heatmap_figure,
     heatmap_matrix,
+    paper_metrics,
     plot_heatmap,
     short_name,
     summarize,
@@ -157,6 +178,7 @@ __all__ = [
     "heatmap_figure",
     "heatmap_matrix",
     "load_dimensions",
+    "paper_metrics",
     "plot_heatmap",
     "short_name",
     "summarize",
@@ -167,8 +189,17 @@ __all__ = [
     "HEADLINE",
     "HEADLINE_METRIC",
     "DEFINITIONS",
+    "METRICS",
+    "PIPELINES",
+    "PAPER_TEMPERATURE",
+    "PAPER_TEMPERATURE_STEP",
+    "paper_temperatures",
+    "PAPER_DEFINITIONS",
+    "PAPER_HEADLINE",
+    "PAPER_HEADLINE_METRIC",
     "REWARDS",
     "dimension_names",
     "episode_dimensions",
+    "episode_metrics",
     "parse_labels",
 ]

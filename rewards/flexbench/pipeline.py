@@ -1,4 +1,4 @@
-"""Building a dimension set from an SOP with a model: segment, criteria, verify, modify, logic."""
+"""Building a dimension set from an SOP with a model: ifgym's steps, or the paper's appendix B (`pipeline="paper"`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ifgym.answers import item_number, json_object
-from ifgym.errors import ConfigError, DataFormatError
+from ifgym.errors import ConfigError, DataFormatError, IncompleteDimensionsError, UnknownNameError
 from ifgym.rewards.flexbench.dimensions import ALWAYS, Dimension, DimensionSet, Message, _check_logic, fingerprint
 
 # ---------------------------------------------------------------------------------------------
@@ -74,11 +74,18 @@ def _ask(
     what: str,
     max_retries: int,
     log: list[dict[str, Any]],
+    temperatures: Sequence[float] | None = None,
 ) -> Any:
+    """One step's answer, re-asked (naming the problems) up to `max_retries` times, then DataFormatError.
+
+    `temperatures`: the temperature of each try (the paper's pipeline raises it on every re-ask);
+    None sends the client's own.
+    """
     for attempt in range(1, max_retries + 2):
-        text = client.chat(messages).text or ""
+        overrides = {} if temperatures is None else {"temperature": temperatures[attempt - 1]}
+        text = client.chat(messages, **overrides).text or ""
         value, problems = parse(text)
-        log.append({"step": what, "attempt": attempt, "problems": problems})
+        log.append({"step": what, "attempt": attempt, **overrides, "problems": problems})
         if not problems:
             return value
         messages = [
@@ -91,7 +98,10 @@ def _ask(
                 + ". Reply again with only the corrected JSON object.",
             },
         ]
-    raise DataFormatError(f"the model could not produce {what} after {max_retries + 1} tries: {'; '.join(problems)}")
+    at = f" (temperature {', '.join(f'{t:g}' for t in temperatures)})" if temperatures is not None else ""
+    raise DataFormatError(
+        f"the model could not produce {what} after {max_retries + 1} tries{at}: {'; '.join(problems)}"
+    )
 
 
 def segment_messages(sop_text: str, opening_line: str | None) -> list[Message]:
@@ -297,6 +307,259 @@ def _parse_logic(rows: Sequence[_CriteriaRow]) -> Callable[[str], tuple[Any, lis
     return parse
 
 
+# ---------------------------------------------------------------------------------------------
+# The paper's pipeline (appendix B): Segmentation → Criteria → Verification → Modification* →
+# Gradual → Dependency*, each stage's output kept; prompts in ifgym's own words
+# ---------------------------------------------------------------------------------------------
+
+# The paper decodes at a low temperature, not greedily; each re-ask of a malformed answer is sent
+# hotter (a model stuck on one wrong answer at a low temperature tends to repeat it).
+PAPER_TEMPERATURE = 0.2
+PAPER_TEMPERATURE_STEP = 0.2
+_MAX_TEMPERATURE = 1.0
+
+
+def paper_temperatures(max_retries: int) -> tuple[float, ...]:
+    """The temperature of each try of one paper-pipeline step: 0.2, then 0.2 hotter per re-ask (at most 1.0)."""
+    return tuple(
+        round(min(PAPER_TEMPERATURE + PAPER_TEMPERATURE_STEP * k, _MAX_TEMPERATURE), 3) for k in range(max_retries + 1)
+    )
+
+
+def paper_segment_messages(sop_text: str, opening_line: str | None) -> list[Message]:
+    """Segmentation: verbatim units, each rewritten to stand alone, entities named one way, scripts split in two."""
+    skip = f' Leave out the opening line ("{opening_line}"): a script says it, not the agent.' if opening_line else ""
+    body = (
+        f"Procedure:\n<<<\n{sop_text}\n>>>\n\n"
+        "Cut the procedure into segments, each one thing the agent must do, ask, say or avoid on a call "
+        "(conditional ones included), copied word for word, without overlap, in the procedure's order. Skip "
+        f"background that asks nothing of the agent.{skip}\n"
+        "For each segment also write `standalone`: the segment rewritten so it can be read alone, with every "
+        "pronoun and every reference to an earlier sentence replaced by what it points to. List the people and "
+        "things the procedure names in more than one way as `entities`, each with one canonical name and the "
+        "other names used for it; use the canonical names in `standalone`. When a segment gives a recommended "
+        "wording for the agent to say, set `script` to its intent in a few words and the wording copied word "
+        "for word; otherwise null.\n"
+        'Answer: {"entities": [{"name": "canonical name", "mentions": ["other name", ...]}], "segments": '
+        '[{"text": "copied text", "standalone": "rewritten text", "script": null or {"intent": "...", '
+        '"wording": "copied text"}}, ...]}'
+    )
+    return [{"role": "system", "content": _PIPELINE_SYSTEM}, {"role": "user", "content": body}]
+
+
+def canonicalise(text: str, entities: Sequence[Mapping[str, Any]]) -> str:
+    """`text` with every listed mention of an entity replaced by its canonical name (whole words, any case)."""
+    pairs = [(str(m), str(e["name"])) for e in entities for m in e.get("mentions", []) if str(m).strip()]
+    for mention, name in sorted(pairs, key=lambda p: -len(p[0])):  # longest first: "the store owner" before "owner"
+        text = re.sub(rf"(?<!\w){re.escape(mention)}(?!\w)", name, text, flags=re.IGNORECASE)
+    return text
+
+
+def _parse_segments(sop_text: str, opening_line: str | None) -> Callable[[str], tuple[Any, list[str]]]:
+    def parse(text: str) -> tuple[Any, list[str]]:
+        data = json_object(text)
+        raw, entities = (data.get("segments"), data.get("entities", [])) if data is not None else (None, None)
+        if not isinstance(raw, list) or not raw:
+            return None, ['no JSON object with a non-empty "segments" list']
+        if not isinstance(entities, list) or not all(
+            isinstance(e, Mapping)
+            and isinstance(e.get("name"), str)
+            and e["name"].strip()
+            and isinstance(e.get("mentions", []), list)
+            for e in entities
+        ):
+            return None, ['"entities" must be a list of {"name": text, "mentions": [text, ...]}']
+        problems: list[str] = []
+        segments = []
+        for i, seg in enumerate(raw, start=1):
+            if not isinstance(seg, Mapping) or not all(
+                isinstance(seg.get(k), str) and seg[k].strip() for k in ("text", "standalone")
+            ):
+                return None, [f"segment {i} needs 'text' and 'standalone' (non-empty strings)"]
+            script = seg.get("script")
+            if script is not None:
+                if not (
+                    isinstance(script, Mapping)
+                    and all(isinstance(script.get(k), str) and script[k].strip() for k in ("intent", "wording"))
+                ):
+                    return None, [f'segment {i}: \'script\' is null or {{"intent": text, "wording": text}}']
+                if _norm(script["wording"]) not in _norm(seg["text"]):
+                    problems.append(f"segment {i}: the script's wording is not copied from the segment's text")
+                script = {"intent": script["intent"].strip(), "wording": script["wording"].strip()}
+            segments.append({"text": seg["text"].strip(), "standalone": seg["standalone"].strip(), "script": script})
+        spans, located = _locate([s["text"] for s in segments], sop_text)
+        problems += located
+        if opening_line and any(_norm(opening_line) in _norm(s["text"]) for s in segments):
+            problems.append("a segment repeats the opening line; leave it out")
+        order = {u: k for k, (_, _, u) in enumerate(spans)}
+        segments.sort(key=lambda s: order.get(s["text"], len(order)))
+        clean = [
+            {"name": e["name"].strip(), "mentions": [str(m).strip() for m in e.get("mentions", [])]} for e in entities
+        ]
+        for seg in segments:
+            seg["canonical"] = canonicalise(seg["standalone"], clean)
+        return {"entities": clean, "segments": segments}, problems
+
+    return parse
+
+
+def paper_criteria_messages(sop_text: str, segments: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Criteria: one question per stand-alone segment; a script's question checks its intent, the wording an example."""
+    lines = []
+    for i, seg in enumerate(segments, start=1):
+        line = f"{i}. {seg['canonical']}"
+        if seg.get("script"):
+            line += f' [recommended script: intent: {seg["script"]["intent"]}; wording: "{seg["script"]["wording"]}"]'
+        lines.append(line)
+    body = (
+        f"Procedure:\n<<<\n{sop_text}\n>>>\n\nSegments (rewritten to stand alone):\n" + "\n".join(lines) + "\n\n"
+        "For each segment write one evaluation question about the assistant's output that a reader of the call "
+        "transcript can answer yes or no, starting 'Does the assistant'. Ask only what the segment states. For a "
+        "recommended script, ask whether the assistant conveys its intent (the wording is an example, not a "
+        "requirement to repeat it). If the segment applies only under a condition, write that condition as "
+        "'precondition', a sentence starting with 'If' or 'When'; if it is a rule for the whole call that is kept "
+        'or broken rather than done (never …, a limit on every message, not before …), write "always"; '
+        "otherwise null.\n"
+        'Answer: {"criteria": [{"unit": 1, "criterion": "Does the assistant ...?", "precondition": null}, ...]}'
+        " with one entry per segment."
+    )
+    return [{"role": "system", "content": _PIPELINE_SYSTEM}, {"role": "user", "content": body}]
+
+
+def gradual_messages(rows: Sequence[_CriteriaRow]) -> list[Message]:
+    """Gradual: split every criterion that checks more than one thing into single checks."""
+    listed = "\n".join(
+        f"{i}. {c}" + (f" [precondition: {p}]" if p else "") for i, (_, c, p) in enumerate(rows, start=1)
+    )
+    body = (
+        f"Criteria (complete and verified):\n{listed}\n\n"
+        "Refine them step by step, one criterion at a time: a criterion that checks two or more separate things "
+        "(joined by 'and', a list of items to ask for, two actions) is split into questions that each check one "
+        "thing, keeping its precondition; a criterion that checks one thing stays. Add nothing new.\n"
+        'Answer: {"splits": [{"criterion": number, "into": ["Does the assistant ...?", ...]}, ...]} '
+        "(an empty list when every criterion checks one thing)."
+    )
+    return [{"role": "system", "content": _PIPELINE_SYSTEM}, {"role": "user", "content": body}]
+
+
+def _parse_gradual(rows: Sequence[_CriteriaRow]) -> Callable[[str], tuple[Any, list[str]]]:
+    def parse(text: str) -> tuple[Any, list[str]]:
+        data = json_object(text)
+        raw = data.get("splits") if data is not None else None
+        if not isinstance(raw, list):
+            return None, ['no JSON object with a "splits" list (empty when nothing is split)']
+        splits: dict[int, list[str]] = {}
+        problems: list[str] = []
+        for entry in raw:
+            number = item_number(entry.get("criterion")) if isinstance(entry, Mapping) else None
+            into = entry.get("into") if isinstance(entry, Mapping) else None
+            if number is None or not 1 <= number <= len(rows):
+                problems.append(f"'criterion' must be a number from 1 to {len(rows)}")
+            elif number in splits:
+                problems.append(f"criterion {number} is split twice; give one split")
+            elif not isinstance(into, list) or len(into) < 2 or not all(isinstance(q, str) and q.strip() for q in into):
+                problems.append(f"criterion {number}: 'into' must list two or more questions")
+            else:
+                splits[number] = [q.strip() for q in into]
+        out: list[_CriteriaRow] = []
+        for i, (unit, criterion, pre) in enumerate(rows, start=1):
+            out.extend((unit, q, pre) for q in splits.get(i, [criterion]))
+        return (out, splits), problems + _criteria_problems(out)
+
+    return parse
+
+
+def _diff(before: Sequence[_CriteriaRow], after: Sequence[_CriteriaRow]) -> dict[str, Any]:
+    """What a stage changed in the criteria: the rows it added and removed (as unit, criterion, precondition)."""
+
+    def as_json(rows: Sequence[_CriteriaRow]) -> list[dict[str, Any]]:
+        return [{"unit": u, "criterion": c, "precondition": p} for u, c, p in rows]
+
+    return {
+        "added": as_json([r for r in after if r not in before]),
+        "removed": as_json([r for r in before if r not in after]),
+    }
+
+
+def _build_paper(
+    sop_text: str, client: Any, sop_name: str, opening_line: str | None, max_rounds: int, max_retries: int
+) -> DimensionSet:
+    temps = paper_temperatures(max_retries)
+    log: list[dict[str, Any]] = []
+    stages: list[dict[str, Any]] = []
+
+    def ask(messages: list[Message], parse: Callable[[str], tuple[Any, list[str]]], what: str) -> Any:
+        return _ask(client, messages, parse, what, max_retries, log, temps)
+
+    seg = ask(paper_segment_messages(sop_text, opening_line), _parse_segments(sop_text, opening_line), "segments")
+    stages.append({"stage": "segmentation", **seg})
+    segments = seg["segments"]
+    rows = ask(paper_criteria_messages(sop_text, segments), _parse_criteria([s["text"] for s in segments]), "criteria")
+    stages.append({"stage": "criteria", **_diff([], rows)})
+    # coverage first: the modification rounds add what the verifier found missing, and only once nothing is
+    # missing do they fix criteria that invent requirements; only a set verified complete goes on
+    rounds = 0
+    while True:
+        findings = ask(verify_messages(sop_text, rows), _parse_verdict, "a verification")
+        stages.append({"stage": "verification", "round": rounds, **findings})
+        if findings["complete"] and not findings["missing"] and not findings["invented"]:
+            break
+        if rounds == max_rounds:
+            raise IncompleteDimensionsError(
+                f"the verifier did not find the criteria of {sop_name!r} complete after {max_rounds} modification "
+                f"round(s) (last findings: missing {findings['missing']}, invented {findings['invented']}); nothing "
+                "was written. Use a stronger pipeline model, or allow more rounds (max_rounds)"
+            )
+        rounds += 1
+        coverage = bool(findings["missing"]) or not findings["complete"]
+        focus = (
+            {"missing": findings["missing"], "invented": []}
+            if coverage
+            else {"missing": [], "invented": findings["invented"]}
+        )
+        revised = ask(modify_messages(sop_text, rows, focus), _parse_revision(sop_text), "revised criteria")
+        stages.append(
+            {
+                "stage": "modification",
+                "round": rounds,
+                "addressed": "coverage" if coverage else "invented",
+                **_diff(rows, revised),
+            }
+        )
+        rows = revised
+    gradual, splits = ask(gradual_messages(rows), _parse_gradual(rows), "the gradual refinement")
+    stages.append({"stage": "gradual", "split": {str(k): v for k, v in splits.items()}, **_diff(rows, gradual)})
+    rows = gradual
+    if any(p is not None and p != ALWAYS for _, _, p in rows):
+        groups, exclusive = ask(logic_messages(rows), _parse_logic(rows), "the dependencies")
+        stages.append(
+            {
+                "stage": "dependency",
+                "groups": [{"base": b, "branches": list(br)} for b, br in groups],
+                "exclusive": [list(e) for e in exclusive],
+            }
+        )
+    else:  # as needed: with no branch there is nothing to depend on
+        groups, exclusive = (), ()
+        stages.append({"stage": "dependency", "skipped": "no branch (no criterion with an If/When precondition)"})
+    dims = tuple(Dimension(f"d{i}", c, p, u) for i, (u, c, p) in enumerate(rows, start=1))
+    meta = {
+        "pipeline": {
+            "method": "paper",
+            "model": getattr(client, "model", ""),
+            "temperatures": list(temps),
+            "modification_rounds": rounds,
+            "verification": findings,
+            "stages": stages,
+            "steps": log,
+        }
+    }
+    return DimensionSet(sop_name, dims, tuple(groups), tuple(exclusive), fingerprint(sop_text), False, meta)
+
+
+PIPELINES = ("ifgym", "paper")  # how `build_dimensions` runs: ifgym's steps, or the paper's appendix B
+
+
 def build_dimensions(
     sop_text: str,
     client: Any,
@@ -305,6 +568,7 @@ def build_dimensions(
     opening_line: str | None = None,
     max_rounds: int = 2,
     max_retries: int = 2,
+    pipeline: str = "ifgym",
 ) -> DimensionSet:
     """Run the dimension pipeline on an SOP with a model; the result is marked `reviewed: false`.
 
@@ -313,12 +577,25 @@ def build_dimensions(
     not a question about the assistant, a precondition not starting with If/When, inconsistent
     logic) is re-asked up to `max_retries` times, then DataFormatError. The verifier's last findings
     and every step's problems are kept in `meta["pipeline"]` for the reviewer.
+
+    `pipeline="paper"` runs the paper's appendix B instead: Segmentation (verbatim segments, each
+    rewritten to stand alone with entities under one canonical name, recommended scripts split
+    into intent + wording) → Criteria → Verification → Modification (as needed, coverage first:
+    missing requirements are added before invented ones are fixed) → Gradual (compound criteria
+    split into single checks) → Dependency (groups and exclusive sets, only when there are
+    branches). Every call is sent at temperature 0.2, each re-ask 0.2 hotter (`paper_temperatures`).
+    Only a set the verifier found complete goes on: after `max_rounds` modification rounds without
+    it, `IncompleteDimensionsError` and nothing is returned. Each stage's output (and what it added
+    or removed) is kept in `meta["pipeline"]["stages"]`.
     """
+    UnknownNameError.check(("pipeline", pipeline, PIPELINES))
     for name, value in (("max_rounds", max_rounds), ("max_retries", max_retries)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"build_dimensions {name} must be an int >= 0, got {value!r}")
     if not isinstance(sop_text, str) or not sop_text.strip():
         raise DataFormatError("build_dimensions needs the SOP's instruction text; got an empty string")
+    if pipeline == "paper":
+        return _build_paper(sop_text, client, sop_name, opening_line, max_rounds, max_retries)
     log: list[dict[str, Any]] = []
     units = _ask(
         client,

@@ -107,6 +107,31 @@ DEFINITIONS: dict[str, str] = {
     "compliance_pooled": "compliance as a ratio of sums over all calls",
 }
 
+# How a run's calls are summed up: ifgym's per-call means (`"ifgym"`) or FlexBench's equations (6)
+# and (7) as the headline (`"paper"`, env=flexbench_paper); an episode records which in its meta.
+METRICS = ("ifgym", "paper")
+# The paper's headline: Coverage (6) and Achievement (7), ratios of sums over every call of the corpus.
+PAPER_HEADLINE: tuple[str, ...] = (
+    "Coverage",
+    "Achievement",
+    "coverage_per_call",
+    "achievement_per_call",
+    "compliance",
+    "compliance_pooled",
+    "score",
+)
+PAPER_HEADLINE_METRIC = "Achievement"
+PAPER_DEFINITIONS: dict[str, str] = {
+    "Coverage": "FlexBench eq. (6): base actions attempted (yes or no) / base actions, summed over all calls",
+    "Achievement": "FlexBench eq. (7): requirements done right / requirements that applied, summed over all calls "
+    "(branches whose condition held and whose base action was attempted, plus always-on rules)",
+    "coverage_per_call": "ifgym's coverage: base actions attempted per call, averaged over calls",
+    "achievement_per_call": "ifgym's achievement: branches done right per call (rules apart), averaged over calls",
+    "compliance": "always-on rules kept, per call, averaged over calls (ifgym's; Achievement counts these rules)",
+    "compliance_pooled": "always-on rules kept / judged, summed over all calls",
+    "score": "ifgym's episode score, mean(coverage, achievement) x compliance per call, averaged (not the paper's)",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class FlexRow:
@@ -118,13 +143,32 @@ class FlexRow:
     scores: FlexScores | None
     turns: int
     done_reason: str
+    metrics: str = "ifgym"
+
+
+def episode_metrics(episode: Episode) -> str:
+    """How an episode's corpus is summed up: `"paper"` (env=flexbench_paper) or `"ifgym"` (the default)."""
+    metrics = episode.meta.get("flexbench", {}).get("metrics", "ifgym")
+    if metrics not in METRICS:
+        raise DataFormatError(
+            f"episode {episode.episode_id!r}: meta['flexbench']['metrics'] is {metrics!r}; one of {', '.join(METRICS)}"
+        )
+    return str(metrics)
 
 
 def episode_row(episode: Episode, loose: bool = False) -> FlexRow:
     """One episode's row for `summarize_rows` (`loose` is ignored: dimension verdicts have no loose variant)."""
     dims = episode_dimensions(episode)
     scores = episode_scores(episode, dims)
-    return FlexRow(episode.episode_id, dims.sop, dims.ids, scores, len(episode.turns), episode.done_reason)
+    return FlexRow(
+        episode.episode_id,
+        dims.sop,
+        dims.ids,
+        scores,
+        len(episode.turns),
+        episode.done_reason,
+        episode_metrics(episode),
+    )
 
 
 def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
@@ -133,7 +177,10 @@ def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, flo
     `turns` (total) and `turns_per_episode`; `coverage` / `achievement` / `compliance` / `score`:
     means over episodes, the headline (achievement and compliance over the episodes where they are
     defined); `*_pooled`: ratios of tallies pooled over all episodes, reported beside them (see the
-    module docstring for when they differ); `achievement_defined`: share of episodes
+    module docstring for when they differ). Episodes played with `metrics="paper"`
+    (env=flexbench_paper) get the paper's headline instead: `Coverage` and `Achievement`, equations
+    (6) and (7), with the per-call means renamed `coverage_per_call` / `achievement_per_call` (see
+    `paper_metrics`). `achievement_defined`: share of episodes
     with an exercised branch; `unknown`,
     `gated_out`, `exclusive_conflicts`: totals; `end/<reason>`: share of episodes per
     done_reason; `pass_rate/<dimension id>`: gated yes / (yes + no), for the dimensions that were
@@ -154,6 +201,12 @@ def summarize_rows(rows: Sequence[FlexRow], loose: bool = False) -> dict[str, fl
                 f"episode {r.episode_id!r} was scored with other dimensions than {first.episode_id!r}; "
                 "summarize one SOP's episodes at a time"
             )
+    kinds = {r.metrics for r in rows}
+    if len(kinds) > 1:
+        raise DataFormatError(
+            "the episodes were summed up in two ways (metrics=ifgym and metrics=paper); summarize one run's "
+            "episodes at a time"
+        )
     scores = [r.scores for r in rows if r.scores is not None]
     n = len(rows)
     attempted = sum(s.attempted for s in scores)
@@ -179,6 +232,8 @@ def summarize_rows(rows: Sequence[FlexRow], loose: bool = False) -> dict[str, fl
         "gated_out": float(sum(s.gated_out for s in scores)),
         "exclusive_conflicts": float(sum(s.exclusive_conflicts for s in scores)),
     }
+    if kinds == {"paper"}:
+        out = {**paper_metrics(scores), **_renamed(out)}
     reasons = sorted({r.done_reason or "unfinished" for r in rows})
     for reason in reasons:
         out[f"end/{reason}"] = sum((r.done_reason or "unfinished") == reason for r in rows) / n
@@ -186,6 +241,38 @@ def summarize_rows(rows: Sequence[FlexRow], loose: bool = False) -> dict[str, fl
         if not math.isnan(rate):
             out[f"pass_rate/{dim_id}"] = rate
     return out
+
+
+def paper_metrics(scores: Sequence[FlexScores]) -> dict[str, float]:
+    """FlexBench's equations (6) and (7) over a corpus of calls' scores (NaN = n/a).
+
+    `Coverage` (6) = Σ attempted base actions / Σ base actions: a base action is attempted when its
+    verdict is yes or no. `Achievement` (7) = Σ requirements done right / Σ requirements that
+    applied, where a call's requirements are its branches (the paper's conditional requirements,
+    prohibitions under a condition among them) and its always-on rules (ifgym's name for an
+    unconditional prohibition or limit: a requirement whose condition holds on every agent
+    message; kept = done right, broken = not). A branch whose condition never held, or whose base
+    action was never attempted (gated out), is unknown and in neither sum; known branches of one
+    mutually exclusive set count once, with the worst label (`gate`). Achievement is n/a when no
+    requirement applied in any call. Both are sums over every call of the corpus, so each base
+    action and each requirement weighs the same, whichever call it came from.
+    """
+    attempted = sum(s.attempted for s in scores)
+    bases = sum(s.base_total for s in scores)
+    done = sum(s.branch_yes + s.kept for s in scores)
+    applied = sum(s.branch_yes + s.branch_no + s.kept + s.broken for s in scores)
+    return {
+        "Coverage": attempted / bases if bases else math.nan,
+        "Achievement": done / applied if applied else math.nan,
+    }
+
+
+_PAPER_RENAMES = {"coverage": "coverage_per_call", "achievement": "achievement_per_call"}
+_PAPER_DROPS = ("coverage_pooled", "achievement_pooled")  # ifgym's pooled forms: the paper's are Coverage/Achievement
+
+
+def _renamed(summary: Mapping[str, float]) -> dict[str, float]:
+    return {_PAPER_RENAMES.get(k, k): v for k, v in summary.items() if k not in _PAPER_DROPS}
 
 
 def dimension_table(episodes: Sequence[Episode]) -> list[dict[str, Any]]:

@@ -8,12 +8,12 @@ import math
 
 import pytest
 from support.flexbench_pipeline import TOY_SOP, pipeline_client
+from support.flexbench_sets import labels, small
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.rewards.flexbench import (
-    SCHEMA,
     DimensionSet,
     FlexBenchScorer,
     LLMDimensionJudge,
@@ -35,69 +35,6 @@ from ifgym.rewards.flexbench.pipeline import _locate
 from ifgym.simulators.flexbench import load_sop, sop_names
 
 NAN = math.nan
-
-
-def small() -> dict:
-    """A hand-made set: two base actions with exclusive branches, and one free-standing branch."""
-    return {
-        "schema": SCHEMA,
-        "sop": "toy",
-        "sop_sha256": None,
-        "reviewed": True,
-        "dimensions": [
-            {
-                "id": "d1",
-                "criterion": "Does the assistant ask if the caller is in charge?",
-                "precondition": None,
-                "rule": {"evidence": ["in charge"]},
-            },
-            {
-                "id": "d2",
-                "criterion": "Does the assistant ask for the owner's name?",
-                "precondition": "If the caller is not in charge",
-                "rule": {"when": ["not me"], "evidence": ["name"]},
-            },
-            {
-                "id": "d3",
-                "criterion": "Does the assistant ask for the email?",
-                "precondition": "If the caller is in charge",
-                "rule": {"when": ["that's me"], "evidence": ["e-?mail"]},
-            },
-            {
-                "id": "d4",
-                "criterion": "Does the assistant ask for the platform?",
-                "precondition": None,
-                "rule": {"evidence": ["platform"]},
-            },
-            {
-                "id": "d5",
-                "criterion": "Does the assistant give the Shopify steps?",
-                "precondition": "If the store runs on Shopify",
-                "rule": {"when": ["shopify"], "evidence": ["settings"], "violation": ["plugin"]},
-            },
-            {
-                "id": "d6",
-                "criterion": "Does the assistant give the plugin steps?",
-                "precondition": "If the store runs on WooCommerce",
-                "rule": {"when": ["woo"], "evidence": ["plugin"]},
-            },
-            {
-                "id": "d7",
-                "criterion": "Does the assistant apologise?",
-                "precondition": "If the caller is upset",
-                "rule": {"when": ["annoyed"], "evidence": ["sorry"]},
-            },
-            {
-                "id": "d8",
-                "criterion": "Does the assistant avoid promising discounts?",
-                "precondition": "always",
-                "rule": {"violation": ["discount"], "max_questions": 1},
-            },
-        ],
-        "groups": [{"base": "d1", "branches": ["d2", "d3"]}, {"base": "d4", "branches": ["d5", "d6"]}],
-        "exclusive": [["d2", "d3"], ["d5", "d6"]],
-        "meta": {},
-    }
 
 
 def mutate(path, value):
@@ -240,12 +177,6 @@ def test_shipped_dimension_files_are_reviewed_and_match_their_sop(name):
 
 
 # --- gating maths -----------------------------------------------------------------------------
-
-BASELINE = dict.fromkeys(["d1", "d2", "d3", "d4", "d5", "d6", "d7", "d8"], "unknown")
-
-
-def labels(**kw):
-    return {**BASELINE, **kw}
 
 
 @pytest.mark.parametrize(
