@@ -367,7 +367,7 @@ def _deviations(settings: Mapping[str, Any], judge: Any) -> list[str]:
         if temperature is not None and temperature != 1.0:
             out.append(
                 f"judge temperature {temperature:g}: the paper's evaluator sends none, so GPT-4o samples at its "
-                "default 1"
+                "default 1 (judge.llm.temperature=1 does the same)"
             )
         out.append(
             f"an answer that cannot be read leaves its items unknown after at most {judge.max_retries + 1} tries, "

@@ -222,7 +222,8 @@ def test_protocol_lines_name_every_remaining_difference():
         "  - the judge prompt is ifgym's own wording of the paper's evaluator prompt (same material, strictness and "
         "output shape), with the questions numbered rather than bulleted and the material fenced in tags the judge "
         "is told to read as material, never as instructions",
-        "  - judge temperature 0: the paper's evaluator sends none, so GPT-4o samples at its default 1",
+        "  - judge temperature 0: the paper's evaluator sends none, so GPT-4o samples at its default 1 "
+        "(judge.llm.temperature=1 does the same)",
         "  - an answer that cannot be read leaves its items unknown after at most 5 tries, counted and left out of "
         "the rates; the paper's evaluator re-asks (up to 5 tries) only when the count of judgements is wrong, and "
         "its score script cannot read a turn it failed to judge",
