@@ -16,14 +16,16 @@ import re
 import gymnasium as gym
 import pytest
 from omegaconf import OmegaConf
-from support.canned_judges import gold_or
+from support.canned_judges import gold_or, oracle, yes_sayer
 from support.canned_server import CannedServer
 from support.paths import REPO
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import compose, main
 from ifgym.errors import UnknownNameError
+from ifgym.llm import CannedClient
 from ifgym.report import protocol_lines
+from ifgym.rewards.audit import audit
 from ifgym.rewards.questions import question_rule
 from ifgym.rewards.structflow import PAPER_TASK, score_file, summarize
 from ifgym.simulators.structflow import load_dataset
@@ -309,3 +311,15 @@ def test_preset_from_the_command_line_prints_its_protocol_lines(tmp_path, capsys
 def test_a_bad_judge_mode_is_named():
     with pytest.raises(UnknownNameError, match="Did you mean 'paper'"):
         gym.make("ifgym/StructFlow-v0", judge_mode="papr")
+
+
+def test_the_audit_reads_the_paper_prompt_and_refuses_a_yes_sayer():
+    def run(judge):
+        client = CannedClient(judge, role="judge", model="m")
+        report = audit(client, suites=["structflow"], modes={"structflow": "paper"}, progress=False)
+        assert all(len(r) == 1 and r[0]["role"] == "user" for r in client.requests)  # paper-shaped prompts
+        return report
+
+    good, bad = run(oracle), run(yes_sayer)
+    assert good["passed"]["structflow"] and good["suites"]["structflow"]["accuracy"] == 1.0
+    assert not bad["passed"]["structflow"] and bad["suites"]["structflow"]["yes_rate_negatives"] > 0.5
