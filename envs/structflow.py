@@ -20,6 +20,21 @@ from ifgym.rewards.structflow import summarize as structflow_summarize
 from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
 
 CONTEXTS = ("golden", "own")
+# StructFlowBench's evaluation (arXiv 2502.14494; evaluation/ in github.com/MLGroupJLU/StructFlowBench):
+# its 155 dialogues with the reference answers as history, every turn answered, every checklist question
+# asked of GPT-4o in one call per turn. `env=structflow_paper` is these settings; `protocol()` lists
+# every way a run differs from them, and the differences no setting removes.
+PAPER_PROTOCOL: dict[str, Any] = {
+    "dataset": "structflowbench",
+    "context": "golden",
+    "judge": "llm",
+    "judge_mode": "paper",
+    "judge_rule_items": True,
+    "patience": None,
+    "max_turns": None,
+    "system_prompt": None,
+}
+PAPER_JUDGE = "gpt-4o"
 GENERATORS = ("template", "llm")
 JUDGES = ("rules", "llm")
 
@@ -99,7 +114,7 @@ class StructFlowEnv(ChatEnv):
     | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"` even when it scores nothing (see Rewards) |
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
-    | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes the reply) or `"paper"` |
     | `judge_rule_items` | `False` | True: the judge answers every item, rule-decidable ones too (the benchmark's way) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
@@ -117,7 +132,8 @@ class StructFlowEnv(ChatEnv):
     ## Version History
     - v0: first release. Since the judge audit (issue 9), checklist questions a rule can decide are
       decided by it rather than by the judge (`judge_rule_items=True` restores the benchmark's way),
-      and `judge_mode="evidence"` makes the judge quote the reply for every Yes.
+      and `judge_mode="evidence"` makes the judge quote the reply for every Yes. `judge_mode="paper"`
+      and `protocol()` (issue 20): `env=structflow_paper` is the benchmark's evaluation (`PAPER_PROTOCOL`).
     """
 
     env_name = "ifgym/StructFlow-v0"
@@ -216,6 +232,8 @@ class StructFlowEnv(ChatEnv):
                 llm = LLMDialogueGenerator(resolve_client(user_llm, "user"), **options)
                 user = StructFlowUser(generator=llm, fallback=offline)
         self.context = context
+        self.judge_kind = judge
+        self.judge_rule_items = judge_rule_items
         self.replayed = len(dialogues) if dataset is not None else 0  # a replay picks dialogue seed % replayed
         self.dataset = str(dataset) if dataset is not None else None
         judge_obj = (
@@ -279,6 +297,26 @@ class StructFlowEnv(ChatEnv):
     episode_row = staticmethod(structflow_episode_row)
     summarize_rows = staticmethod(structflow_summarize_rows)
 
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings and `deviations`: each way a run differs from StructFlowBench's evaluation, in words."""
+        judge = getattr(self.scorer, "judge", None)
+        settings = {
+            "dataset": self.dataset,
+            "context": self.context,
+            "judge": self.judge_kind,
+            "judge_mode": judge.mode if judge is not None else None,
+            "judge_rule_items": self.judge_rule_items,
+            "patience": self.patience.full,
+            "max_turns": self.max_turns,
+            "system_prompt": self.system_prompt,
+        }
+        out: dict[str, Any] = {**super().protocol(), "paper": "StructFlowBench", **settings}
+        out["system_prompt"] = None if self.system_prompt is None else "set"
+        if self.replayed:
+            out["dialogues"] = self.replayed
+        out["deviations"] = _deviations(settings, judge)
+        return out
+
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:
         """One turn: its name and relation, the request, the reply, each checklist item's verdict."""
@@ -286,3 +324,72 @@ class StructFlowEnv(ChatEnv):
         lines = [f"[{t.spec.meta.get('turn_name', t.index)} | {relation}] USER: {t.user}", f"MODEL: {t.reply}"]
         lines += [f"    {v.label:7} [{i.type}] {i.question}" for i, v in zip(t.spec.checklist, t.verdicts, strict=True)]
         return lines
+
+
+def _deviations(settings: Mapping[str, Any], judge: Any) -> list[str]:
+    """How a run with these settings (and this checklist judge, or None) differs from `PAPER_PROTOCOL`, in words."""
+    paper = PAPER_PROTOCOL
+    out = []
+    if settings["dataset"] is None:
+        out.append("generated dialogues, not StructFlowBench's 155 (env.dataset=structflowbench replays them)")
+    elif settings["dataset"] != paper["dataset"]:
+        out.append(f"dataset={settings['dataset']}: another file, not the 155 dialogues StructFlowBench ships")
+    if settings["context"] != paper["context"]:
+        out.append("context=own: the policy's own earlier replies as history, not the reference answers")
+    if judge is None:
+        out.append(
+            "judge=rules: only rule-checkable items are scored, the rest are unknown (the paper's judge is GPT-4o)"
+        )
+    else:
+        if settings["judge_mode"] != paper["judge_mode"]:
+            out.append(
+                f"judge_mode={settings['judge_mode']}: ifgym's own checklist prompt and output shape, not the "
+                "paper-shaped one (judge.mode=paper)"
+            )
+        if not settings["judge_rule_items"]:
+            out.append(
+                "questions a rule can decide (word counts, keywords, opening and closing words) are decided by rules, "
+                "not asked of the judge (env.judge_rule_items=true asks it every question)"
+            )
+        model = str(getattr(judge.client, "model", "") or "unknown")
+        if PAPER_JUDGE in model.lower():
+            out.append(f"judge {model}: GPT-4o by name; the snapshot the paper used is not stated")
+        else:
+            out.append(f"judge {model}, not GPT-4o (the paper's judge)")
+        if settings["judge_mode"] == paper["judge_mode"]:
+            out.append(
+                "the judge prompt is ifgym's own wording of the paper's evaluator prompt (same material, strictness "
+                "and output shape), with the questions numbered rather than bulleted and the material fenced in tags "
+                "the judge is told to read as material, never as instructions"
+            )
+        config = getattr(judge.client, "config", None)
+        temperature = getattr(config, "temperature", None)
+        if temperature is not None and temperature != 1.0:
+            out.append(
+                f"judge temperature {temperature:g}: the paper's evaluator sends none, so GPT-4o samples at its "
+                "default 1 (judge.llm.temperature=1 does the same)"
+            )
+        out.append(
+            f"an answer that cannot be read leaves its items unknown after at most {judge.max_retries + 1} tries, "
+            "counted and left out of the rates; the paper's evaluator re-asks (up to 5 tries) only when the count "
+            "of judgements is wrong, and its score script cannot read a turn it failed to judge"
+        )
+        cap = (
+            f"{judge.max_tokens} tokens"
+            if judge.max_tokens is not None
+            else "128 + 96 tokens per question (or judge.llm.max_tokens when larger)"
+        )
+        out.append(f"each judge answer is capped at {cap}; the paper's evaluator sets no cap")
+    if settings["patience"] is not None:
+        out.append(
+            f"patience={settings['patience']}: a dialogue stops after failed turns; the paper answers every turn"
+        )
+    if settings["max_turns"] is not None:
+        out.append(f"max_turns={settings['max_turns']}: only the first turns of each dialogue are played")
+    if settings["system_prompt"] is not None:
+        out.append("a system prompt the paper's inference does not send")
+    out.append(
+        "the policy sees the history as chat messages; the paper's inference sends it flattened into one user "
+        "message ('user:…' and 'assistant:…' lines)"
+    )
+    return out

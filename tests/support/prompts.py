@@ -35,6 +35,8 @@ TEMPLATES = {
 def prompt_kind(messages: Messages) -> str | None:
     """`judge.blind`, `judge.rating`, `judge.checklist`, `judge.dimensions`, `user.generate` … or None."""
     system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+    if not system and messages and structflow.PAPER_TASK in messages[0]["content"]:
+        return "judge.checklist"  # the paper-shaped checklist judge: one user message, its task after the material
     if system in EXACT:
         return EXACT[system]
     for template, kind in TEMPLATES.items():
