@@ -56,6 +56,9 @@ class Preset:
 PRESETS = (
     Preset("evolif_paper", ("judge=llm", "judge.mode=rating", "judge.trust=true"), open_ended=True),
     Preset("structflow_paper", ("judge=llm", "judge.trust=true")),
+    # ifgym's reviewed dimension file instead of the paper's pipeline: the pipeline runs once per SOP (its file
+    # is reused after), and the canned server does not answer its stages (tests/rewards count their calls).
+    Preset("flexbench_paper", ("judge=llm", "judge.trust=true", "env.dimensions=null", "env.pipeline=ifgym")),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -182,6 +185,8 @@ def measure(preset: Preset, episodes: int, reply_words: int, turns: int = 20) ->
         if child.returncode != 0:
             raise RuntimeError(f"ifgym eval env={preset.name} failed ({child.returncode}):\n{child.stderr[-3000:]}")
         data = json.loads(child.stdout.strip().splitlines()[-1])
+        if data["code"] != 0:
+            raise RuntimeError(f"ifgym eval env={preset.name} exited {data['code']}:\n{child.stderr[-3000:]}")
         summary = json.loads((out.parent / "summary.json").read_text())
         played = sum(len(json.loads(line).get("turns", [])) for line in out.read_text().splitlines() if line.strip())
     usage = summary["usage"]
