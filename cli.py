@@ -507,14 +507,30 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     }
     if not record["audit"]["passed"]:
         if not record["trust"]:
-            raise ConfigError(
-                f"the judge ({record['model']}, {suite} suite, mode {judge.mode}) fails its audit on ifgym's gold "
-                f"set: {'; '.join(record['audit']['failures'])}. Its verdicts would be noise that looks like a "
-                "result. Use a stronger judge (judge.llm.base_url=... judge.llm.model=...), another judge.mode, "
-                "or pass judge.trust=true to run anyway (recorded in the summary as trusted below the floor)"
-            )
+            raise ConfigError(audit_refusal(record, embedded=judge_cfg["llm"]["base_url"] is None))
         record["trusted_below_floor"] = True
     return record
+
+
+def audit_refusal(record: dict[str, Any], *, embedded: bool) -> str:
+    """The one-line refusal of a judge below the audit's floor (`audit_judge`'s record): what failed, and the fix.
+
+    The embedded model is the judge only for want of a URL; the fix named first is a served judge.
+    """
+    failures = "; ".join(record["audit"]["failures"])
+    which = f"{record['model']}, {record['suite']} suite, mode {record['mode']}"
+    if embedded:
+        return (
+            f"the embedded judge ({which}) fails its audit on ifgym's gold set: {failures}. A small local model "
+            "cannot judge this: serve a stronger judge and pass judge.llm.base_url=URL judge.llm.model=NAME "
+            "(any OpenAI-compatible server), or pass judge.trust=true to run anyway (recorded in the summary as "
+            "trusted below the floor)"
+        )
+    return (
+        f"the judge ({which}) fails its audit on ifgym's gold set: {failures}. Its verdicts would be noise that looks "
+        "like a result. Use a stronger judge (judge.llm.base_url=... judge.llm.model=...), another judge.mode, "
+        "or pass judge.trust=true to run anyway (recorded in the summary as trusted below the floor)"
+    )
 
 
 def audit_lines(judge: dict[str, Any]) -> list[str]:
@@ -557,7 +573,7 @@ def evaluate(
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import claim_output
+    from ifgym.envs.rollout import claim_output, select_seeds
     from ifgym.envs.shards import Shard, combine, finished_seeds, shard_files
     from ifgym.errors import ConfigError
     from ifgym.records import RECORD_FILE, RunRecord, default_run_dir
@@ -584,29 +600,18 @@ def evaluate(
     _claim_run_folder(out)
     if resolved["concurrency"] < 1:
         raise ConfigError(f"concurrency must be >= 1, got {resolved['concurrency']}")
-    seeds = list(range(resolved["seed"], resolved["seed"] + resolved["episodes"]))
     run_file = out
     if shard is not None:
         out = shard.file(run_file)
-        if not shard.seeds(seeds):
+        if not shard.seeds(range(resolved["episodes"])):  # a run plays `episodes` seeds, filtered or not
             raise ConfigError(
-                f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {len(seeds)} shards; use "
-                "fewer shards or more episodes"
+                f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {resolved['episodes']} "
+                "shards; use fewer shards or more episodes"
             )
     # the episodes file's writer lock before anything is written: a second writer refused here (ConfigError
     # naming the first) leaves the first run's run.json, summary.json and episodes untouched
     with claim_output(out):
-        if shard is not None:
-            # seeds another shard (or the run itself) finished are done: no replays to merge later
-            elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
-            done = elsewhere - finished_seeds([out], key)
-            seeds = [s for s in shard.seeds(seeds) if s not in done]
-            if not seeds:
-                print(
-                    f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play"
-                )
-                return {"output": str(out), "episodes": 0}
-        elif shard_files(out):
+        if shard is None and shard_files(out):
             combined = combine(out, [p for _, p in shard_files(out)], key)
             print(
                 f"combined the shard files into {out}: {combined.finished} finished and {combined.failed} failed "
@@ -620,6 +625,18 @@ def evaluate(
         check_model_servers(resolved, clients)  # a wrong URL, key or model ends the run here, before any call
         use_cache(clients, resolved)
         first_env = make_env().unwrapped
+        # the run's seeds, after any filter of the env's (EvolIF's trivial dialogues): no model call decides them
+        seeds = select_seeds(first_env, resolved["seed"], resolved["episodes"]).seeds
+        if shard is not None:
+            # seeds another shard (or the run itself) finished are done: no replays to merge later
+            elsewhere = finished_seeds([run_file, *(p for _, p in shard_files(run_file) if p != out)], key)
+            done = elsewhere - finished_seeds([out], key)
+            seeds = [s for s in shard.seeds(seeds) if s not in done]
+            if not seeds:
+                print(
+                    f"shard {shard}: every one of its seeds is finished in the run folder {out.parent}; nothing to play"
+                )
+                return {"output": str(out), "episodes": 0}
         judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
         record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
@@ -855,7 +872,7 @@ def report_run(
     without failed episodes): it goes into the summary and the record; an interrupted run writes
     no plots and prints nothing. Returns the summary, the plots written and the chart data.
     """
-    from ifgym.envs.rollout import usage_totals
+    from ifgym.envs.rollout import select_seeds, usage_totals
     from ifgym.llm import Usage
     from ifgym.report import RunTally, chart_data, results_table, run_title, write_plots, write_summary
 
@@ -873,6 +890,10 @@ def report_run(
     totals = usage_totals(out, key)
     summary["usage"] = {role: totals.get(role, Usage().to_json()) for role in roles} | totals
     summary["user_stats"] = tally.user_stats
+    filter_rule = getattr(env, "seed_filter_rule", None)
+    if filter_rule:  # the same choice the run made (`select_seeds` is deterministic): which seeds it passed over
+        skipped = select_seeds(env, resolved["seed"], resolved["episodes"]).skipped
+        summary["seed_filter"] = {"rule": filter_rule, "skipped": len(skipped), "skipped_seeds": skipped}
     cost = tally.policy_cost()
     if cost is not None:
         summary["policy_cost"] = cost
@@ -891,6 +912,8 @@ def report_run(
     summary["headline_metric"] = getattr(env, "headline_metric", None)
     definitions = getattr(env, "metric_definitions", {})
     summary["definitions"] = {k: v for k, v in definitions.items() if k in summary["strict"] or k == "loose"}
+    aliases = getattr(env, "metric_aliases", {})
+    summary["aliases"] = {k: v for k, v in aliases.items() if k in summary["strict"]}
     summary["judge"] = judge_record
     policy = resolved["policy"]
     summary["run"] = record.summary_reference() | {
@@ -917,6 +940,13 @@ def report_run(
     print(results_table(summary))
     for line in audit_lines(judge_record):
         print(line)
+    if "seed_filter" in summary:
+        skipped = summary["seed_filter"]["skipped_seeds"]
+        listed = ", ".join(map(str, skipped[:20])) + (", …" if len(skipped) > 20 else "")
+        print(
+            f"seed filter ({summary['seed_filter']['rule']}): {len(skipped)} seeds skipped"
+            + (f" ({listed})" if skipped else "")
+        )
     if cost is not None:
         rewrite = cost["rewrite_tokens_per_turn"]
         print(

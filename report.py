@@ -103,6 +103,7 @@ def results_table(summary: dict[str, Any]) -> str:
     ci = summary.get("ci") or {}
     ci_strict, ci_loose = ci.get("strict", {}), ci.get("loose", {})
     headline = summary.get("headline_metric")
+    aliases = summary.get("aliases") or {}  # an earlier name of a metric in the table: in summary.json only
     rows = [
         (
             f"{name} *" if name == headline else name,
@@ -112,6 +113,7 @@ def results_table(summary: dict[str, Any]) -> str:
             _interval(ci_loose, name),
         )
         for name in strict
+        if name not in aliases
     ]
     width = max(len(r[0]) for r in rows) if rows else 6
     columns = [("strict" if loose else "value", 1)]

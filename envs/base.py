@@ -17,6 +17,7 @@ import numpy as np
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
+from ifgym.rewards.evolif_metrics import ALIASES as METRICS_ALIASES
 from ifgym.rewards.evolif_metrics import DEFINITIONS as METRICS_DEFINITIONS
 from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
 from ifgym.rewards.evolif_metrics import HEADLINE_METRIC
@@ -42,6 +43,7 @@ class ChatEnv(gym.Env[list, str]):
     headline_metrics: tuple[str, ...] = METRICS_HEADLINE  # keys of `summarize` that get bootstrap intervals
     headline_metric: str = HEADLINE_METRIC  # the one a run is read by first (marked in tables, first in sweeps)
     metric_definitions: dict[str, str] = METRICS_DEFINITIONS  # one line per metric, under the results table
+    metric_aliases: dict[str, str] = METRICS_ALIASES  # earlier name -> name: in `summarize`, not in the table
     user_sees_verdicts = True
 
     def __init_subclass__(cls, **kwargs: Any):

@@ -613,6 +613,41 @@ async def _play(
 STOP_MIN_ATTEMPTS = 20
 
 
+SEED_SCAN_FACTOR = 20  # a seed filter may look at this many seeds per episode asked for (plus 100) before giving up
+
+
+@dataclass(frozen=True)
+class SeedSelection:
+    """A run's seeds: `seeds` to play, in order, and the `skipped` ones the env's filter passed over on the way."""
+
+    seeds: list[int]
+    skipped: list[int]
+
+
+def select_seeds(env: Any, first: int, count: int) -> SeedSelection:
+    """The `count` seeds a run plays: `first`, `first + 1`, … that the env keeps (its `keeps_seed`, if it has one).
+
+    The one place a run's seeds are chosen (`ifgym eval`, its shards, resumes and `ifgym merge` all call it
+    with the same settings, so they agree): an env without a filter plays `first .. first + count - 1`. A
+    filtered seed costs nothing (the env decides without a model call); `skipped` lists them in order.
+    """
+    keeps = getattr(env, "keeps_seed", None)
+    if keeps is None:
+        return SeedSelection(list(range(first, first + count)), [])
+    seeds: list[int] = []
+    skipped: list[int] = []
+    seed, limit = first, first + SEED_SCAN_FACTOR * count + 100
+    while len(seeds) < count:
+        if seed >= limit:
+            raise ConfigError(
+                f"the env's seed filter kept only {len(seeds)} of the {seed - first} seeds from {first} on, "
+                f"short of episodes={count}; loosen it (env.min_mean_constraints) or ask for fewer episodes"
+            )
+        (seeds if keeps(seed) else skipped).append(seed)
+        seed += 1
+    return SeedSelection(seeds, skipped)
+
+
 def file_result(path: str | Path, seeds: Sequence[int]) -> tuple[RunResult, list[int]]:
     """What the episodes file `path` holds for `seeds` (each seed's last line), and the seeds it has no line for.
 

@@ -8,7 +8,7 @@ judge; without a judge they are `unknown`, and `unscored` says so). The verdicts
 checklist's order, so StructFlow's metrics read them as they are, and the first
 `len(spec.constraints)` of them are EvolIF's verdicts.
 
-Metrics (`summarize`): EvolIF's over the live constraints (CSR, ISR, EDR_*, REC, ROB, pass rate per
+Metrics (`summarize`): EvolIF's over the live constraints (CSR, ISR, EDR_*, REC, STA, pass rate per
 group), StructFlow's over the whole checklist (`checklist/CSR`, `checklist/ISR`, DRFR, WCSR,
 WCSR_pooled, `item_rate/<type>`), pass rates per relation × constraint group
 (`relation_group/<relation>/<group>`), the structural items' pass rate per relation

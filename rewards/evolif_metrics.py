@@ -1,10 +1,11 @@
-"""EvolIF's dialogue metrics over finished episodes: CSR, ISR, EDR, REC, ROB, pass rates, survival.
+"""EvolIF's dialogue metrics over finished episodes: CSR, ISR, EDR, REC, STA, pass rates, survival.
 
 Definitions follow EvolIF (arXiv 2511.03508) and its released scoring script
 (JiaQiSJTU/EvolvingInstructionFollowing, src/score.py): CSR = mean per-turn satisfied share and
 ISR = passing turns / turns, both pooled over all turns (so CSR = EDR_acc / EDR_len and
 ISR = EDR_succ / EDR_len); EDR_len/acc/succ/lss are per-dialogue values averaged over dialogues;
-ROB (robustness, also reported as stability) is per-dialogue ISR averaged over dialogues; REC is,
+STA (stability, the paper's name; `ROB`, robustness, in ifgym's earlier runs and kept in `summarize` as an
+alias with the same value) is per-dialogue ISR averaged over dialogues; REC is,
 per dialogue, the failed turns followed by a passing turn over the failed turns that have a next
 turn (the script's `failures - 1`, as its dialogues end on a failure), averaged over dialogues.
 
@@ -64,6 +65,7 @@ R = TypeVar("R")
 
 __all__ = [
     "DEFINITIONS",
+    "ALIASES",
     "HEADLINE",
     "HEADLINE_METRIC",
     "EpisodeMetrics",
@@ -327,14 +329,14 @@ def recovery_script(episodes: Sequence[Episode], loose: bool = False) -> float:
 
 
 def robustness(episodes: Sequence[Episode], loose: bool = False) -> float:
-    """ROB: mean over episodes of the episode's ISR (a macro average: every dialogue weighs the same).
+    """STA (ROB): mean over episodes of the episode's ISR (a macro average: every dialogue weighs the same).
 
     Episodes without a determined turn are left out; NaN when no episode has one.
     """
     return _robustness(_tallies(episodes, loose))
 
 
-# The issue calls the fifth metric "stability" (STA); EvolIF names it robustness (ROB).
+# EvolIF's name for it, STA (stability); `robustness` (ROB) is ifgym's earlier one.
 stability = robustness
 
 
@@ -373,7 +375,9 @@ def survival_of_lengths(lengths: Sequence[int]) -> list[float]:
 
 
 # The metrics a run is judged by (they get bootstrap intervals in `ifgym eval`'s summary).
-HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB")
+HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA")
+# earlier names of a metric, kept in `summarize` with the same value (for readers of earlier runs), not printed
+ALIASES: dict[str, str] = {"ROB": "STA"}
 HEADLINE_METRIC = "REC"  # the one a run is read by first (marked in the results table, first in sweeps)
 
 # One line per metric, printed under the results table (`DEFINITIONS["loose"]` says what the loose column is).
@@ -386,7 +390,7 @@ DEFINITIONS: dict[str, str] = {
     "EDR_lss": "endurance: per dialogue, the longest run of consecutive passing turns",
     "REC": "recovery: per dialogue, failed turns whose next turn passed / failed turns with a next turn; "
     "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif_metrics.recovery_script)",
-    "ROB": "robustness (stability, STA): per dialogue ISR, averaged over dialogues",
+    "STA": "stability (EvolIF's name; ROB, robustness, in summary.json too): per dialogue ISR, averaged over dialogues",
     "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped "
     "(IFEval's loose reading)",
 }
@@ -395,7 +399,7 @@ DEFINITIONS: dict[str, str] = {
 def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
     """Every metric in one flat dict (for a results table or W&B), in one pass over `episodes`.
 
-    Keys: episodes, turns, EDR_len, EDR_acc, EDR_succ, EDR_lss, CSR, ISR, REC, ROB, failed_turns,
+    Keys: episodes, turns, EDR_len, EDR_acc, EDR_succ, EDR_lss, CSR, ISR, REC, STA (and ROB, its alias), failed_turns,
     undetermined_turns, unknown, and `pass_rate/<group>` per constraint group.
     """
     return summarize_rows(rows_of(episodes, episode_row, loose))
@@ -417,11 +421,12 @@ def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
         "CSR": _csr(tallies),
         "ISR": _isr(tallies),
         "REC": _recovery(tallies),
-        "ROB": _robustness(tallies),
+        "STA": _robustness(tallies),
         "failed_turns": float(sum(t.failed for t in tallies)),
         "undetermined_turns": float(sum(t.undetermined for t in tallies)),
         "unknown": float(sum(t.unknown for t in tallies)),
     }
+    out.update({alias: out[name] for alias, name in ALIASES.items()})
     for group, rate in _pass_rates(r.groups for r in rows).items():
         out[f"pass_rate/{group}"] = rate
     return out
@@ -452,7 +457,7 @@ def summary_ratios(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
         "CSR": (acc, column(t.csr_turns for t in tallies)),
         "ISR": (succ, column(t.succ + t.failed for t in tallies)),
         "REC": (column(t.rec for t in tallies), ones),
-        "ROB": (column(t.isr if t.succ + t.failed else 0.0 for t in tallies), determined),
+        "STA": (column(t.isr if t.succ + t.failed else 0.0 for t in tallies), determined),
     }
     groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for i, row in enumerate(rows):

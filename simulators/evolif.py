@@ -470,6 +470,12 @@ def _styles(styles: Sequence[Style] | Sequence[Mapping[str, Any]] | str | Path |
     return styles_from_json(items, "styles argument")
 
 
+def _streams(rng: np.random.Generator) -> tuple[int, int, int]:
+    """An episode's tracker seed, renderer seed and style draw (the script never depends on the renderer's draws)."""
+    tracker_seed, render_seed, style_draw = rng.integers(0, 2**63 - 1, size=3)
+    return int(tracker_seed), int(render_seed), int(style_draw)
+
+
 class EvolIFUser(UserSimulator):
     """The EvolIF user: tracker decides the spec, a renderer words it.
 
@@ -555,6 +561,22 @@ class EvolIFUser(UserSimulator):
         request = self._request(step, history, verdicts)
         return self._finish(step, await self.renderer.arender(request, self._render_rng))
 
+    def constraint_counts(self, rng: np.random.Generator, turns: int) -> list[int]:
+        """The live constraints on each of the script's first `turns` turns, for the episode `reset(rng)` would start.
+
+        The tracker's script depends on the rng alone, so this plays it without the renderer (no
+        model call, no text) and leaves this user's episode untouched. Fewer counts than `turns` when
+        the topic bank runs out first. `rng` is consumed as `reset` consumes it.
+        """
+        tracker_seed, _, _ = _streams(rng)
+        tracker = EvolIFTracker(self.topics, self.tracker.config)
+        counts: list[int] = []
+        step: TrackerStep | None = tracker.reset(np.random.default_rng(int(tracker_seed)))
+        while step is not None and len(counts) < turns:
+            counts.append(len(step.constraints))
+            step = tracker.step() if len(counts) < turns else None
+        return counts
+
     @property
     def stats(self) -> dict[str, int | float]:
         """The renderer's counters for the current episode (renders, llm_fallbacks, regenerations …)."""
@@ -569,8 +591,7 @@ class EvolIFUser(UserSimulator):
         style_id = options.get("style_id")
         if style_id is not None and style_id not in self._style_index:
             raise UnknownNameError("style id", style_id, self._style_index)
-        # separate streams, so the script does not depend on how much the renderer draws
-        tracker_seed, render_seed, style_draw = rng.integers(0, 2**63 - 1, size=3)
+        tracker_seed, render_seed, style_draw = _streams(rng)
         self._render_rng = np.random.default_rng(int(render_seed))
         index = self._style_index[style_id] if style_id is not None else int(style_draw) % len(self.styles)
         self._style = self.styles[index]

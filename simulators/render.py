@@ -556,6 +556,7 @@ class LLMRenderer(Renderer):
         self._stats = {
             "renders": 0,
             "llm_calls": 0,
+            "drafts": 0,  # checked tries: every draft the user model wrote (at most k + 1 per render)
             "regenerations": 0,
             "llm_fallbacks": 0,
             "topic_check_failures": 0,
@@ -566,7 +567,7 @@ class LLMRenderer(Renderer):
 
     @property
     def stats(self) -> dict[str, int]:
-        """Renders, model calls, regenerations, fallbacks and why drafts were rejected."""
+        """Renders, model calls, drafts (checked tries), regenerations, fallbacks and why drafts were rejected."""
         return dict(self._stats)
 
     # -- prompts ------------------------------------------------------------------------------
@@ -663,6 +664,7 @@ class LLMRenderer(Renderer):
         feedback: str | None = None
         check = self._model_checks if self.checks == "model" else self._rule_checks
         for attempt in range(1, self.k + 2):
+            stats["drafts"] += 1
             if attempt > 1:
                 stats["regenerations"] += 1
             text = _clean_generation((yield self.generation_messages(request, feedback)))

@@ -29,7 +29,7 @@ from ifgym.core.constraints import Constraint
 from ifgym.core.evolif import from_evolif
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
 from ifgym.files import not_a_folder
-from ifgym.simulators.base import UserSimulator
+from ifgym.simulators.base import UserSimulator, pick_dialogue
 
 __all__ = ["ReplayUser", "load_evolif_dialogue"]
 
@@ -114,21 +114,56 @@ def load_evolif_dialogue(path: str | Path) -> list[UserTurn]:
 
 
 class ReplayUser(UserSimulator):
-    """Plays back an EvolIF dialogue file turn by turn; the script is fixed, so rng is unused."""
+    """Plays back EvolIF dialogue files turn by turn; the scripts are fixed, so rng is unused.
+
+    `path` is one dialogue file, or a folder of them (every `*.jsonl` in it, in name order, each one
+    dialogue: a folder of released dialogues replays in one run). `reset(options={"dialogue": i})`
+    picks the dialogue by index in that order or by file name (without `.jsonl`); without the
+    option a folder's dialogue is drawn from the rng (`EvolIFEnv` passes the seed modulo the count).
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.turns = load_evolif_dialogue(self.path)
+        if self.path.is_dir():
+            files = sorted(self.path.glob("*.jsonl"))
+            if not files:
+                raise DataFormatError(f"{self.path}: the folder holds no EvolIF dialogue file (*.jsonl)")
+        else:
+            files = [self.path]
+        self.files = tuple(files)
+        self.dialogues = [load_evolif_dialogue(f) for f in files]
+        self._by_name = {f.stem: i for i, f in enumerate(files)}
+        self.turns = self.dialogues[0]
+        self.dialogue = 0
         self._next = 0
         self._started = False
 
     def reset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Restart the script and return its first turn. No options are accepted."""
-        if options:
-            raise ConfigError(f"ReplayUser.reset takes no options (the script is fixed), got {sorted(options)}")
+        """Restart a script and return its first turn; the only option is `dialogue` (index or file name)."""
+        if set(options or {}) - {"dialogue"}:
+            raise ConfigError(
+                f"ReplayUser.reset takes no options (the script is fixed) but 'dialogue', got {sorted(options or {})}"
+            )
+        if len(self.dialogues) == 1 and not options:
+            self.dialogue = 0
+        else:
+            picked = pick_dialogue(
+                range(len(self.dialogues)),
+                self._by_name,
+                rng,
+                options,
+                option_kind="EvolIF replay reset option",
+                id_kind="EvolIF dialogue file",
+            )
+            self.dialogue = int(picked)
+        self.turns = self.dialogues[self.dialogue]
         self._started = True
         self._next = 1
         return self.turns[0]
+
+    def episode_meta(self) -> dict[str, Any]:
+        """Which dialogue the episode replays: its file and its index among the replayed files."""
+        return {"file": self.files[self.dialogue].name, "index": self.dialogue, "of": len(self.files)}
 
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
         """The following turn of the file, or None at its end."""

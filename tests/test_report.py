@@ -191,7 +191,7 @@ def test_results_table_marks_the_headline_defines_every_metric_and_says_why_n_a(
     assert rows["REC"].split()[1:4] == ["*", "n/a", "n/a"]  # marked as the headline, unmeasured strict and loose
     assert rows["episodes"].split()[1] == "3" and rows["CSR"].split()[1] == "0.000"  # a count is a count
     assert "* headline metric: REC" in text
-    for name in ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "ROB", "loose"):
+    for name in ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA", "loose"):
         assert f"  {name}: " in text
     assert "n/a: REC had nothing to measure in this run" in text
 

@@ -141,7 +141,7 @@ def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
 
     rows = mixed_rows(37)
     metrics = metric_names(summarize_rows(rows), HEADLINE)
-    assert {"ROB", "pass_rate/case", "pass_rate/length"} <= set(metrics)
+    assert {"STA", "pass_rate/case", "pass_rate/length"} <= set(metrics)
     settings = CISettings(300, 0.9, seed=3)
     per_draw = intervals(rows, summarize_rows, metrics, settings=settings)
     bulk = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)

@@ -147,7 +147,7 @@ def test_step_before_reset_is_an_error():
         ({"reward_weights": {"length": 2}}, ValueError, "only apply with reward='weighted'"),  # silently unused
         ({"reward": "weighted", "reward_weights": {"length": -1}}, ValueError, ">= 0"),
         ({"tracker": {"groups": ["emotion", "length"]}}, ConfigError, "need an LLM judge"),  # unscorable turns
-        ({"script": "x.jsonl", "renderer": "llm"}, ConfigError, "renderer would be ignored"),
+        ({"script": "x.jsonl", "tracker": {"p_switch": 0.5}}, ConfigError, "tracker would be ignored"),
     ],
 )
 def test_bad_make_kwargs(kwargs, error, fragment):

@@ -89,13 +89,35 @@ def test_v1_user_turns_are_shorter_than_v0s_on_the_same_script():
 # protocol and deviations
 
 
-def test_protocol_of_evolifs_settings_has_no_deviation():
+# What no setting removes: the models, the banks and the prompts in ifgym's own words.
+INHERENT = [
+    "queries written by user-m, a served model, not by EvolIF's user models",
+    "up to 4 checked drafts per turn (env.regenerations=3), then ifgym's template text",
+    "topics and user styles are ifgym's own banks",
+    "judge judge-m: not EvolIF's judge model",
+    "judge answers that cannot be read leave their items unknown",
+    "the task system prompt is in ifgym's own words",
+]
+
+
+def test_protocol_at_evolifs_settings_lists_only_what_no_setting_removes():
     judge = CannedClient(judge_model, model="judge-m")
+    user = CannedClient(scripted_user_model(), model="user-m", role="user")
     env = gym.make(
-        "ifgym/EvolIF-v1", judge="llm", judge_llm=judge, checker_semantics="evolif", judge_mode="rating"
+        "ifgym/EvolIF-v1",
+        renderer="llm",
+        user_llm=user,
+        judge="llm",
+        judge_llm=judge,
+        checker_semantics="evolif",
+        judge_mode="rating",
+        system_prompt="task",
+        min_mean_constraints=2,
     ).unwrapped
     p = env.protocol()
-    assert p["deviations"] == [] and p["paper"] == "EvolIF" and set(p["groups"]) == set(GROUPS)
+    assert len(p["deviations"]) == len(INHERENT), p["deviations"]
+    assert all(d.startswith(i) for d, i in zip(sorted(p["deviations"]), sorted(INHERENT), strict=True))
+    assert p["paper"] == "EvolIF" and set(p["groups"]) == set(GROUPS)
     assert (p["restate"], p["patience"], p["max_turns"], p["judge_model"]) == ("change", 3, 100, "judge-m")
 
 
@@ -113,6 +135,12 @@ def test_protocol_of_evolifs_settings_has_no_deviation():
         ("ifgym/EvolIF-v1", {"renderer": "llm", "adaptive": True}, ["adaptive user"]),
         ("ifgym/EvolIF-v1", {"renderer": "llm", "user_checks": "model"}, ["user_checks=model"]),
         ("ifgym/EvolIF-v1", {"judge": "llm"}, ["judge_mode=blind", "not rated 1-10"]),  # ifgym's default judging
+        ("ifgym/EvolIF-v1", {}, ["no system prompt: EvolIF's 'w/o system prompt' row"]),
+        ("ifgym/EvolIF-v1", {"system_prompt": "Be brief."}, ["a system prompt of your own"]),
+        ("ifgym/EvolIF-v1", {}, ["trivial dialogues kept", "env.min_mean_constraints=2"]),
+        ("ifgym/EvolIF-v1", {"min_mean_constraints": 3}, ["min_mean_constraints=3"]),
+        ("ifgym/EvolIF-v1", {}, ["queries worded by ifgym's templates", "GPT-4.1, Gemini-2.5-Flash and DeepSeek-V3.1"]),
+        ("ifgym/EvolIF-v1", {"renderer": "llm", "regenerations": 1}, ["up to 2 checked drafts", "k = 3"]),
     ],
 )
 def test_protocol_names_each_deviation(env_id, kwargs, fragments):
@@ -150,7 +178,13 @@ NOT_IN_YAML = {"judge", "judge_mode", "judge_llm", "user_llm", "render_mode", "e
 YAML_DIFFERS = {
     "evolif": {},
     "evolif_llm": {"renderer": "llm"},
-    "evolif_paper": {"tracker": {"groups": list(GROUPS)}, "checker_semantics": "evolif"},
+    "evolif_paper": {
+        "tracker": {"groups": list(GROUPS)},
+        "checker_semantics": "evolif",
+        "renderer": "llm",
+        "system_prompt": "task",
+        "min_mean_constraints": 2,
+    },
     "evolif_v0": {"restate": "all", "adaptive": True, "user_checks": "model", "max_turns": 20},
 }
 
@@ -164,7 +198,9 @@ def test_cli_options_and_gym_make_defaults_agree(option):
     expected = {k: YAML_DIFFERS[option].get(k, v) for k, v in params.items() if k not in NOT_IN_YAML}
     expected.update(reward_weights=expected["reward_weights"] or {}, tracker=expected["tracker"] or {})
     assert {k: env[k] for k in expected} == expected
-    assert set(env) - {"id", "user_llm"} == set(expected)  # nothing missing, nothing unknown
+    judge_mode = {"judge_mode"} if option == "evolif_paper" else set()  # the paper's rating judge, unless judge.mode
+    assert set(env) - {"id", "user_llm"} == set(expected) | judge_mode  # nothing missing, nothing unknown
+    assert env.get("judge_mode", "rating") == "rating"
 
 
 def test_paper_config_without_an_llm_judge_says_what_to_add(capsys):
@@ -177,13 +213,14 @@ def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys, monkeyp
     out = tmp_path / "episodes.jsonl"
     monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
     # the judge's audit before the episodes gets the gold set's answers; the episodes' replies score 8
-    with CannedServer(gold_or(judge_model)) as judge:
+    with CannedServer(gold_or(judge_model)) as judge, CannedServer(echo_user_model) as user:
         code = main(
             [
                 "eval",
                 "env=evolif_paper",
+                f"env.user_llm.base_url={user.base_url}",
+                "env.user_llm.model=canned-model",
                 "judge=llm",
-                "judge.mode=rating",  # EvolIF's judge rates 1-10; ifgym's default (blind) is a named deviation
                 f"judge.llm.base_url={judge.base_url}",
                 "judge.llm.model=canned-model",
                 "policy=scripted",
@@ -195,9 +232,16 @@ def test_paper_config_with_a_judge_is_evolifs_protocol(tmp_path, capsys, monkeyp
         )
     assert code == 0
     table = capsys.readouterr().out
-    assert "EvolIF's protocol" in table and "not EvolIF's protocol" not in table
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["protocol"]["deviations"] == [] and summary["protocol"]["max_turns"] == 100
+    protocol = summary["protocol"]
+    assert protocol["max_turns"] == 100 and protocol["judge_mode"] == "rating"
+    # only what no setting removes is listed: no setting of the run differs from EvolIF's
+    served = [
+        i.replace("user-m", "canned-model (served)").replace("judge-m", "canned-model (served)") for i in INHERENT
+    ]
+    assert len(protocol["deviations"]) == len(INHERENT)
+    assert all(d.startswith(i) for d, i in zip(sorted(protocol["deviations"]), sorted(served), strict=True))
+    assert table.splitlines()[1] == "not EvolIF's protocol:" and "queries written by canned-model" in table
 
 
 def make_eval_demo() -> list[str]:
