@@ -36,6 +36,9 @@ class EmbeddingClient:
         self._lock = threading.Lock()
         self._backend = HTTPBackend(config, self._tally, config_key)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # a Ray worker gets its own connections, not this process's
+        return (type(self), (self.config, self._backend.config_key))
+
     def __repr__(self) -> str:  # the host only: a base_url may carry credentials
         return f"EmbeddingClient(model={self.config.model!r}, host={self._backend._url.split('/')[2]!r})"
 

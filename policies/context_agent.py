@@ -599,8 +599,8 @@ class ContextAgent(WrapperPolicy):
             log["branch"] = "continue"
             return default.id, default.branch
         query = (yield EmbedCall([message]))[0]
-        scored = [(float(np.dot(query, f.node(n).embedding)), f.node(n)) for n in tree.nodes]
-        scored = [x for x in scored if x[1].embedding is not None]
+        embedded = [f.node(n) for n in tree.nodes if f.node(n).embedding is not None]
+        scored = [(float(np.dot(query, n.embedding)), n) for n in embedded]
         # most similar first; ties go to the later node: the more recent mention
         ranked = sorted(scored, key=lambda x: (-x[0], -x[1].id))[: self.top_k]
         thread = f.path(default.id)

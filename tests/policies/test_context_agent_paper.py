@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import re
 
 import numpy as np
@@ -254,6 +255,8 @@ def test_remote_embedder_over_a_canned_embeddings_route():
         assert isinstance(embedder, RemoteEmbedder) and embedder.name == "Qwen3-Embedding-0.6B"
         assert np.allclose(rows, HashingEmbedder().encode(["red apples", "blue sky"]), atol=1e-6)  # normalised
         assert srv.embedding_requests == [{"model": "Qwen3-Embedding-0.6B", "input": ["red apples", "blue sky"]}]
+        # a Ray worker gets a copy that opens its own connections
+        assert np.allclose(pickle.loads(pickle.dumps(embedder)).encode(["red apples"]), rows[:1], atol=1e-6)
         # the paper's embedder: no warning about θ in the protocol
         policy = ContextAgent(ChatPolicy(CannedClient(reply_of)), CannedClient(["{}"]), embedder=embedder, **PAPER)
         assert not any(d.startswith("embedder ") for d in policy.protocol()["deviations"])
