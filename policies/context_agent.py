@@ -7,38 +7,36 @@ topic. Per turn:
    - `topic_decision="summaries"` (ifgym's cheap default): one call over the trees' summaries;
      the new message *continues* the active topic, *switches* to another listed one, or *creates*
      a new tree.
-   - `topic_decision="paths"` (the paper's): a yes/no question, "is the new message about the same
-     core object, and does it continue this?", asked of each leaf path of the current tree (the
-     active thread first, then the other leaves, latest first), then of each other tree (most
-     recently active first, over its summary and active path); the first *yes* continues that path
-     or switches to that tree; none *creates* a new tree. The path that said yes is the thread the
-     new node continues unless the branch decision says otherwise.
+   - `topic_decision="paths"` (the paper's, as its released code runs it): a yes/no question, "is
+     the new message about the same core object as this thread, and does it depend on it?", asked
+     of each leaf path of the current tree (the node summaries from the root to a leaf; leaves in
+     order of creation), then of each leaf path of the other trees (in order of creation); the
+     first *yes* continues the current tree or switches to that tree (at its thread's end); none
+     *creates* a new tree.
 2. **Retrieval**: within the active tree, the `top_k` nodes most similar to the new message (cosine
-   of sentence embeddings; the paper's top 3).
-3. **Heuristic filter**: the light model makes a **branch decision** only over retrieved nodes that
-   are similar enough (similarity > θ, default 0.6) and are plausible places to go back to: a node
-   *on another branch* (off the current thread), or an *earlier point of this thread*, an ancestor
-   of the thread's end other than its parent. The thread's end (the new node's default parent)
-   and its parent are the latest turns of the thread, in the context in full anyway: a message
-   close to them continues the thread, and no call is spent. (The filter goes by position on the
-   thread, not by branch id: a fork point the thread grew from is an ancestor, not "another
-   branch".) The decision names one candidate (by its turn) and is to *continue* the current
-   thread, *create* a branch from that node, or *switch* to that node's branch (resume it at its
-   latest node; for a node of the current thread, whose branch is this one, a switch back to it
-   grows a branch from it, as *create*). Otherwise the thread continues. Each turn's decision log
-   says which way the filter went (`"filter"`: below theta / latest turn / earlier point of this
-   thread / other branch) and what was retrieved (`"retrieved"`). With `retrieval=False` (the
-   paper's "w/o retriever" ablation) nothing is embedded or retrieved: the heuristic alone decides,
-   and the thread the topic decision chose continues (`"filter": "retrieval off"`).
+   of sentence embeddings of each node's message and reply; the paper's top 3).
+3. **Heuristic filter**: the light model makes a **branch decision** only when the most similar
+   node is similar enough (similarity > θ, default 0.6) and is a plausible place to go back to: a
+   node *on another branch* (off the active path), or an *earlier point of this thread*, an
+   ancestor of the active node other than its parent on the same branch. The active node (the
+   thread's latest turn, the new node's default parent) and its parent are the latest turns of the
+   thread, in the context in full anyway: a message close to them continues the thread, and no call
+   is spent. The decision, shown the thread and every retrieved node, is to *continue* the current
+   thread, *create* a branch from the most similar node, or *switch* to that node's branch (resume
+   it at its latest node; for a node of the current branch, a switch back to it grows a branch from
+   it, as *create*). Otherwise the thread continues. Each turn's decision log says which way the
+   filter went (`"filter"`: below theta / latest turn / earlier point of this thread / other
+   branch) and, with `top_k` > 1, what was retrieved (`"retrieved"`). With `retrieval=False` (the
+   paper's "w/o retriever" ablation) nothing is embedded or retrieved: the thread continues
+   (`"filter": "retrieval off"`).
 4. **Context** for the base policy: the standing instructions (the env's system message, or else
    the base policy's own system prompt) and summaries of the other branches of the active tree
    and of the other topics in one system message, then the active path (root to the new node) in
    full.
 5. **Node summary** (summary model) after the reply; then the node's content (message + reply)
-   is embedded for later retrieval. The topic's summary is either updated in the same call
-   (`topic_summary="running"`) or, as the paper does, built from the tree's node summaries by the
-   summary model (`topic_summary="from_nodes"`), when a tree other than the active one is shown
-   (in the topic decision or the context) and has new nodes since its last summary.
+   is embedded for later retrieval. A topic's summary is either updated in the same call
+   (`topic_summary="running"`) or, as the paper does, its node summaries themselves, listed
+   (`topic_summary="from_nodes"`: no call).
 
 Without the tree (`tree=False`, the paper's "w/o tree" ablation) the turns form one linear
 sequence: the context is the `k` earlier turns most similar to the new message, in full and in
@@ -48,15 +46,13 @@ turns, chosen by the turns so far since a policy does not know the dialogue's le
 
 Documented defaults for malformed light-model output: an unreadable topic decision, or a switch
 to a topic that does not exist, *continues* the active topic; an unreadable yes/no answer is *no*;
-an unreadable branch decision *continues* the current thread (a decision naming no retrieved turn
-takes the most similar candidate); an unreadable summary becomes the user's message cut to 30
+an unreadable branch decision *continues* the current thread; an unreadable summary becomes the user's message cut to 30
 words, and the topic summary stays as it was (a new topic takes the node summary). Each case is
 counted in `stats`. Nothing is guessed beyond that.
 
 Cost per turn: one base call; one summary call; the topic decision (not on the first turn): one
-call, or one per path and tree asked until the first yes; a branch call only when the filter lets
-a candidate through; with `topic_summary="from_nodes"`, one topic-summary call for a tree shown
-with new nodes (about one per change of topic). `tree=False`: the base call alone.
+call, or one per leaf path asked until the first yes; a branch call only when the filter lets
+the most similar node through. `tree=False`: the base call alone.
 `protocol()` lists how the settings differ from the paper's (`PAPER_SETTINGS`).
 """
 
@@ -127,18 +123,18 @@ summary), which one is active, and the user's new message. Decide:
 - "continue" when it is about the active topic.
 Answer with JSON only: {"decision": "<create|switch|continue>", "topic": <the topic number, for switch>}"""
 
-PATH_SYSTEM = """You follow the threads of a conversation. You get one thread (the summaries of its turns, or \
-of its topic) and the user's new message. Answer "yes" only if the new message is about the same core object as \
-the thread (the same trip, product, document, problem ...) and carries it on; "no" otherwise.
+PATH_SYSTEM = """You follow the threads of a conversation. You get one thread (the summaries of its turns, in \
+order) and the user's new message. Answer "yes" only if both hold: the new message is about the same core object \
+as the thread (the same device, trip, document, problem; a change of place or tool is a change of object), and it \
+depends on the thread (it refers back to it, or carries it on). Otherwise answer "no".
 Answer with JSON only: {"answer": "<yes|no>"}"""
 
 BRANCH_SYSTEM = """Within one topic a conversation can branch: the user may go back to an earlier point and \
 take it in another direction. Decide how the user's new message relates to the current thread:
 - continue: it follows on from the latest turn of the current thread;
-- create: it starts a new branch from one of the earlier points shown;
-- switch: it resumes the other branch that one of the earlier points belongs to.
-For create and switch, give the turn number of that earlier point.
-Answer with JSON only: {"decision": "continue|create|switch", "turn": <the earlier point's turn>}"""
+- create: it starts a new branch from the most similar earlier point shown (the first);
+- switch: it resumes the other branch that this earlier point belongs to.
+Answer with JSON only: {"decision": "continue|create|switch"}"""
 
 SUMMARY_SYSTEM = f"""Summarize one exchange of a conversation in one sentence of at most {SUMMARY_WORDS} words, \
 and update the summary of its topic (at most 50 words) so that it covers the exchange too.
@@ -147,11 +143,6 @@ Answer with JSON only: {{"summary": "<this exchange>", "topic_summary": "<the wh
 NODE_SUMMARY_SYSTEM = f"""Summarize one exchange of a conversation in one sentence of at most {SUMMARY_WORDS} words: \
 what the user asked for, with every requirement they set, and what was answered.
 Answer with JSON only: {{"summary": "<this exchange>"}}"""
-
-TOPIC_SUMMARY_SYSTEM = """You get the summaries of the turns of one topic of a conversation, in order. Write the \
-topic's summary in at most 50 words: its subject and the requirements that stand at its end (a later change \
-replaces an earlier one).
-Answer with JSON only: {"topic_summary": "<the topic>"}"""
 
 
 @dataclass
@@ -192,7 +183,6 @@ class TopicTree:
     branches: dict[int, list[int]] = field(default_factory=dict)
     forks: dict[int, int | None] = field(default_factory=dict)  # branch -> the node it grew from
     active: int = 0  # node id where the topic's thread currently ends
-    summarized: int = 0  # nodes the summary covers (topic_summary="from_nodes": rebuilt when the tree grew)
 
     @property
     def nodes(self) -> list[int]:
@@ -261,14 +251,6 @@ def _decision(data: dict[str, Any] | None, allowed: Sequence[str]) -> str | None
     value = data.get("decision") if data is not None else None
     value = value.strip().lower() if isinstance(value, str) else None
     return value if value in allowed else None
-
-
-def _named_candidate(data: dict[str, Any] | None, candidates: Sequence[tuple[float, Node]]) -> Node | None:
-    """The candidate whose turn the branch decision names (`"turn"`), or None."""
-    turn = data.get("turn") if data is not None else None
-    if isinstance(turn, str) and turn.strip().isdigit():
-        turn = int(turn)
-    return next((n for _, n in candidates if n.turn == turn and not isinstance(turn, bool)), None)
 
 
 # ifgym's defaults of the paper's options: a record names them only when one differs
@@ -403,8 +385,8 @@ class ContextAgent(WrapperPolicy):
         else:
             if not self.retrieval:
                 deviations.append(
-                    "ablation without the retriever (the paper's Table 4): the thread the topic decision chose "
-                    "continues; no branch decision"
+                    "ablation without the retriever (the paper's Table 4): nothing retrieved, the thread continues; "
+                    "no branch decision"
                 )
             if self.topic_decision != "paths":
                 deviations.append(
@@ -413,18 +395,12 @@ class ContextAgent(WrapperPolicy):
                 )
             if self.topic_summary != "from_nodes":
                 deviations.append(
-                    "topic summaries updated with each exchange (topic_summary=running), not built from the node "
-                    "summaries"
+                    "topic summaries updated with each exchange (topic_summary=running), not the node summaries listed"
                 )
             if self.retrieval and self.top_k != PAPER_SETTINGS["top_k"]:
                 deviations.append(f"top_k={self.top_k} retrieved nodes, not the paper's {PAPER_SETTINGS['top_k']}")
             if self.retrieval and self.theta != THETA:
                 deviations.append(f"theta={self.theta}, not the paper's {THETA}")
-            if self.retrieval:
-                deviations.append(
-                    "heuristic filter (ifgym's reading): retrieved nodes that are the thread's end or its parent "
-                    "never reach the branch decision (they are in the context in full)"
-                )
         if (self.retrieval or not self.tree) and not is_paper_embedder(self.embedder):
             deviations.append(
                 f"embedder {self.embedder_name}, not the paper's {PAPER_EMBEDDER}; θ={THETA} was calibrated for "
@@ -449,24 +425,18 @@ class ContextAgent(WrapperPolicy):
         if not self.tree:
             return (yield from self._linear_turn(system, t, current, log))
 
-        thread: int | None = None  # the node the new one continues unless the branch decision says otherwise
         if f.active_topic is None:
             log["topic"] = "create"
         elif self.topic_decision == "paths":
-            log["topic"], thread = yield from self._topic_by_paths(current, log)
+            log["topic"] = yield from self._topic_by_paths(current, log)
         else:
             log["topic"] = yield from self._topic_decision(current)
         if log["topic"] == "create":
             node = self._add_node(t, current, None, None)
         else:
-            default = f.node(thread if thread is not None else f.tree(f.active_topic).active)
-            parent, branch = yield from self._fork(default, current, log)
+            parent, branch = yield from self._fork(f.node(f.tree(f.active_topic).active), current, log)
             node = self._add_node(t, current, parent, branch)
 
-        if self.topic_summary == "from_nodes":
-            for tree in f.trees:
-                if tree.id != node.topic:
-                    yield from self._refresh_topic_summary(tree)
         reply = yield BaseCall(self.context(system, node, current))
         node.reply = reply
         yield from self._summarize(node)
@@ -549,35 +519,26 @@ class ContextAgent(WrapperPolicy):
         return decision
 
     def leaves(self, tree: TopicTree) -> list[int]:
-        """The ends of the tree's paths (nodes without children), the thread's end first, then latest first."""
+        """The ends of the tree's paths (nodes without children), in order of creation."""
         parents = {self.forest.node(n).parent for n in tree.nodes}
-        ends = sorted((n for n in tree.nodes if n not in parents), reverse=True)
-        return sorted(ends, key=lambda n: n != tree.active)
+        return [n for n in tree.nodes if n not in parents]
 
     def _topic_by_paths(self, message: str, log: dict[str, Any]) -> Turn:
-        """The paper's topic decision: (decision, the node whose path said yes, or None for a new tree)."""
+        """The paper's topic decision: each leaf path of the current tree, then of the others (first yes wins)."""
         f = self.forest
         current = f.tree(f.active_topic)
         asked: list[str] = []
-        for leaf in self.leaves(current):
-            asked.append(f"path to turn {f.node(leaf).turn}")
-            thread = [f"- turn {f.node(n).turn}: {f.node(n).summary}" for n in f.path(leaf)]
-            if (yield from self._same_thread(["Thread (its turns, latest last):", *thread], message)):
-                log["asked"] = asked
-                return "continue", leaf
-        others = sorted((t for t in f.trees if t.id != current.id), key=lambda t: t.active, reverse=True)
-        for tree in others:
-            asked.append(f"topic {tree.id}")
-            if self.topic_summary == "from_nodes":
-                yield from self._refresh_topic_summary(tree)
-            thread = [f"- turn {f.node(n).turn}: {f.node(n).summary}" for n in f.path(tree.active)]
-            lines = [f"Topic: {tree.summary or '(no summary)'}", "Its latest thread (latest last):", *thread]
-            if (yield from self._same_thread(lines, message)):
-                log["asked"] = asked
-                f.active_topic = tree.id
-                return "switch", tree.active
         log["asked"] = asked
-        return "create", None
+        for tree in [current, *(t for t in f.trees if t.id != current.id)]:
+            for leaf in self.leaves(tree):
+                asked.append(f"topic {tree.id} to turn {f.node(leaf).turn}")
+                thread = [f"- turn {f.node(n).turn}: {f.node(n).summary}" for n in f.path(leaf)]
+                if (yield from self._same_thread(["Thread (its turns, latest last):", *thread], message)):
+                    if tree.id == current.id:
+                        return "continue"
+                    f.active_topic = tree.id
+                    return "switch"
+        return "create"
 
     def _same_thread(self, lines: list[str], message: str) -> Turn:
         prompt = "\n".join([*lines, f"New message:\n{message}"])
@@ -590,68 +551,63 @@ class ContextAgent(WrapperPolicy):
             return False
         return answer == "yes"
 
-    def _fork(self, default: Node, message: str, log: dict[str, Any]) -> Turn:
-        """Where the new node goes in the active tree: (parent id, branch id); `default` is the thread's end."""
+    def _fork(self, active: Node, message: str, log: dict[str, Any]) -> Turn:
+        """Where the new node goes in the active tree: (parent id, branch id); `active` is the thread's end."""
         f = self.forest
         tree = f.tree(f.active_topic)
         if not self.retrieval:
             log["filter"] = "retrieval off"
             log["branch"] = "continue"
-            return default.id, default.branch
+            return active.id, active.branch
         query = (yield EmbedCall([message]))[0]
         embedded = [f.node(n) for n in tree.nodes if f.node(n).embedding is not None]
-        scored = [(float(np.dot(query, n.embedding)), n) for n in embedded]
         # most similar first; ties go to the later node: the more recent mention
-        ranked = sorted(scored, key=lambda x: (-x[0], -x[1].id))[: self.top_k]
-        thread = f.path(default.id)
-        latest = (default.id, default.parent)
-
-        def verdict(sim: float, node: Node) -> str:
-            if sim <= self.theta:
-                return "below theta"
-            if node.id in latest:
-                return "latest turn"
-            return "earlier point of this thread" if node.id in thread else "other branch"
-
-        verdicts = [(verdict(sim, n), sim, n) for sim, n in ranked]
-        candidates = [(sim, n) for v, sim, n in verdicts if v in ("earlier point of this thread", "other branch")]
+        ranked = sorted(((float(np.dot(query, n.embedding)), n) for n in embedded), key=lambda x: (-x[0], -x[1].id))
+        ranked = ranked[: self.top_k]
         if self.top_k > 1:
             log["retrieved"] = [{"node": n.id, "similarity": round(sim, 4)} for sim, n in ranked]
-        shown = next((x for x in verdicts if x[0] in ("earlier point of this thread", "other branch")), None)
-        shown = shown or (verdicts[0] if verdicts else None)
-        log["fork"] = shown[2].id if shown else None
-        log["similarity"] = round(shown[1], 4) if shown else None
-        log["filter"] = shown[0] if shown else "no candidate"
-        if not candidates:
+        best_sim, best = ranked[0] if ranked else (None, None)
+        log["fork"] = best.id if best is not None else None
+        log["similarity"] = round(best_sim, 4) if best is not None else None
+        parent = f.node(active.parent) if active.parent is not None else None
+        if best is None:
+            log["filter"] = "no candidate"
+        elif best_sim <= self.theta:
+            log["filter"] = "below theta"
+        elif best.id == active.id or (parent is not None and best.id == parent.id and parent.branch == active.branch):
+            log["filter"] = "latest turn"
+        elif best.id in f.path(active.id):
+            log["filter"] = "earlier point of this thread"
+        else:
+            log["filter"] = "other branch"
+        if log["filter"] not in ("earlier point of this thread", "other branch"):
             log["branch"] = "continue"
-            return default.id, default.branch
+            return active.id, active.branch
         self.stats["branch_calls"] += 1
-        lines = ["Current thread (latest last):", *(f"- turn {f.node(n).turn}: {f.node(n).summary}" for n in thread)]
-        lines.append("Earlier points (most similar first):" if len(candidates) > 1 else "Earlier point:")
-        for sim, node in candidates:
+        lines = ["Current thread (latest last):"]
+        lines += [f"- turn {f.node(n).turn}: {f.node(n).summary}" for n in f.path(active.id)]
+        lines.append("Earlier points (most similar first):" if len(ranked) > 1 else "Earlier point:")
+        for sim, node in ranked:
             lines.append(f"- turn {node.turn} on branch {node.branch} (similarity {sim:.2f}): {node.summary}")
             lines.append(f"  what the user said there: {clip(node.user, 600)}")
         lines.append(f"New message:\n{message}")
         out = yield LightCall(
             [{"role": "system", "content": BRANCH_SYSTEM}, {"role": "user", "content": "\n".join(lines)}]
         )
-        data = json_object(out.text)
-        decision = _decision(data, BRANCH_DECISIONS)
+        decision = _decision(json_object(out.text), BRANCH_DECISIONS)
         if decision is None:
             self.stats["branch_defaults"] += 1
             decision = "continue"
         log["branch"] = decision
-        if decision == "continue":
-            return default.id, default.branch
-        best = _named_candidate(data, candidates)
-        if best is None:  # no retrieved turn named: the most similar candidate
-            self.stats["branch_defaults"] += int(len(candidates) > 1)
-            best = candidates[0][1]
-        log["fork"] = best.id
-        if decision == "switch" and best.branch != default.branch:  # resume that branch at its latest node
-            return tree.branches[best.branch][-1], best.branch
-        log["branch"] = "create"  # a create, or a switch back to a point of this very branch: grow a branch from it
-        return self._branch_from(tree, best), max(tree.branches)
+        if decision == "create":
+            return self._branch_from(tree, best), max(tree.branches)
+        if decision == "switch" and best.branch != active.branch:
+            leaf = tree.branches[best.branch][-1]
+            return leaf, best.branch
+        if decision == "switch":  # back to an earlier point of this very branch: grow a branch from it
+            log["branch"] = "create"
+            return self._branch_from(tree, best), max(tree.branches)
+        return active.id, active.branch
 
     @staticmethod
     def _branch_from(tree: TopicTree, fork: Node) -> int:
@@ -699,25 +655,6 @@ class ContextAgent(WrapperPolicy):
         elif not tree.summary:
             tree.summary = node.summary
 
-    def _refresh_topic_summary(self, tree: TopicTree) -> Turn:
-        """topic_summary="from_nodes": the tree's summary built from its node summaries, when it grew since the last."""
-        nodes = [self.forest.node(n) for n in tree.nodes]
-        if tree.summarized == len(nodes):
-            return
-        lines = [f"- turn {n.turn}: {n.summary}" for n in nodes]
-        prompt = "Summaries of the topic's turns, in order:\n" + "\n".join(lines)
-        out = yield LightCall(
-            [{"role": "system", "content": TOPIC_SUMMARY_SYSTEM}, {"role": "user", "content": prompt}], summary=True
-        )
-        data = json_object(out.text)
-        text = data.get("topic_summary") if data is not None else None
-        if isinstance(text, str) and text.strip():
-            tree.summary = " ".join(text.split())
-        else:
-            self.stats["summary_defaults"] += 1
-            tree.summary = tree.summary or nodes[0].summary
-        tree.summarized = len(nodes)
-
     def _content(self, node: Node) -> str:
         return clip(f"{node.user}\n{node.reply}", self.embed_chars)
 
@@ -739,7 +676,13 @@ class ContextAgent(WrapperPolicy):
             memory.append(f"Another thread of this topic ({where}):")
             memory.extend(f"- turn {f.node(i).turn}: {f.node(i).summary}" for i in rest)
         others = [t for t in f.trees if t.id != tree.id]
-        if others:
+        if others and self.topic_summary == "from_nodes":  # each topic as its node summaries, listed once each
+            memory.append("Other topics of this conversation:")
+            for t in others:
+                summaries = dict.fromkeys(f.node(n).summary for n in t.nodes if f.node(n).summary)
+                memory.append(f"Topic {t.id}:")
+                memory.extend(f"- {s}" for s in summaries)
+        elif others:
             memory.append("Other topics of this conversation:")
             memory.extend(f"- {t.summary or '(no summary)'}" for t in others)
         head = self.standing_instructions(system)

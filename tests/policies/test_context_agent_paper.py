@@ -81,45 +81,55 @@ def paper_agent(light, embedder, **kwargs):
 
 
 @pytest.mark.parametrize(
-    ("theta", "retrieved", "shown"),
+    ("theta", "calls", "parent"),
     [
-        # top 3 of 5: turn 4 (0.95, the thread end's parent: in the context already), turn 1 (0.9), turn 2 (0.7);
-        # turn 3 (0.65) is fourth and is not retrieved; turn 5 (0.5) is the thread's end
-        (0.6, [(4, 0.95), (1, 0.9), (2, 0.7)], [1, 2]),
-        # θ = 0.8: turn 2 (0.7) is retrieved but not similar enough to be asked about
-        (0.8, [(4, 0.95), (1, 0.9), (2, 0.7)], [1]),
+        # the most similar node, turn 1 (0.9), is an earlier point of the thread above θ: one branch decision,
+        # shown the thread and all three retrieved nodes; "create" grows a branch from turn 1
+        (0.6, 1, 1),
+        # θ = 0.95: turn 1 is not similar enough; no call, the thread continues
+        (0.95, 0, 5),
     ],
 )
-def test_top_3_retrieval_with_theta_on_hand_made_vectors(theta, retrieved, shown):
-    cosines = dict(zip(TURNS, [0.9, 0.7, 0.65, 0.95, 0.5], strict=True))
+def test_top_3_retrieval_with_theta_on_hand_made_vectors(theta, calls, parent):
+    # turn 4 (0.3) is fourth and is not retrieved; turn 5 (0.5) is the thread's end
+    cosines = dict(zip(TURNS, [0.9, 0.7, 0.65, 0.3, 0.5], strict=True))
     embedder = VectorEmbedder(cosines, {QUERY: unit((0, 1.0))})
-    light = CannedClient(context_agent_paper_light(branches={QUERY: {"decision": "create", "turn": 2}}))
+    light = CannedClient(context_agent_paper_light(branches={QUERY: {"decision": "create"}}))
     policy = paper_agent(light, embedder, theta=theta)
     play(policy, [*TURNS, QUERY])
     log = policy.forest.decisions[-1]
-    assert [(r["node"], r["similarity"]) for r in log["retrieved"]] == [(n, pytest.approx(s)) for n, s in retrieved]
+    top3 = [(1, 0.9), (2, 0.7), (3, 0.65)]
+    assert [(r["node"], r["similarity"]) for r in log["retrieved"]] == [(n, pytest.approx(x)) for n, x in top3]
+    assert (log["fork"], log["similarity"]) == (1, pytest.approx(0.9))
+    assert log["filter"] == ("earlier point of this thread" if calls else "below theta")
     branch_prompts = [m[-1]["content"] for m in light.requests if m[0]["content"] == BRANCH_SYSTEM]
-    assert len(branch_prompts) == 1 and policy.stats["branch_calls"] == 1  # the only turn with candidates
-    listed = [int(t) for t in re.findall(r"^- turn (\d+) on branch", branch_prompts[0], re.MULTILINE)]
-    assert listed == shown
+    assert len(branch_prompts) == policy.stats["branch_calls"] == calls
+    if calls:
+        listed = [int(t) for t in re.findall(r"^- turn (\d+) on branch", branch_prompts[0], re.MULTILINE)]
+        assert listed == [1, 2, 3]  # every retrieved node, most similar first
+        assert "Current thread (latest last):\n- turn 1: summary: alpha one" in branch_prompts[0]
     node = policy.forest.nodes[-1]
-    if 2 in shown:  # the decision names turn 2: a branch grows from it
-        assert (node.parent, node.branch, log["branch"], log["fork"]) == (2, 1, "create", 2)
-    else:  # turn 2 was not a candidate: the most similar one is taken, and that default is not counted (one shown)
-        assert (node.parent, node.branch, log["fork"]) == (1, 1, 1)
+    assert (node.parent, node.branch) == ((1, 1) if calls else (5, 0))
+    assert node.parent == parent
     assert policy.protocol()["theta"] == theta
     assert (f"theta={theta}, not the paper's 0.6" in policy.protocol()["deviations"]) == (theta != 0.6)
 
 
-def test_a_candidate_below_theta_or_at_the_thread_end_costs_no_call():
-    cosines = dict(zip(TURNS, [0.55, 0.3, 0.2, 0.95, 0.99], strict=True))
-    embedder = VectorEmbedder(cosines, {QUERY: unit((0, 1.0))})
+@pytest.mark.parametrize(
+    ("cosines", "verdict"),
+    [
+        ([0.55, 0.3, 0.2, 0.95, 0.99], "latest turn"),  # the thread's end is the most similar
+        ([0.9, 0.3, 0.2, 0.95, 0.5], "latest turn"),  # its parent is, though turn 1 (0.9) is an earlier point
+        ([0.59, 0.3, 0.2, 0.5, 0.4], "below theta"),
+    ],
+)
+def test_the_most_similar_node_decides_whether_the_branch_decision_is_asked(cosines, verdict):
+    embedder = VectorEmbedder(dict(zip(TURNS, cosines, strict=True)), {QUERY: unit((0, 1.0))})
     light = CannedClient(context_agent_paper_light())
     policy = paper_agent(light, embedder)
     play(policy, [*TURNS, QUERY])
     log = policy.forest.decisions[-1]
-    assert [r["node"] for r in log["retrieved"]] == [5, 4, 1]
-    assert (log["filter"], log["branch"], policy.stats["branch_calls"]) == ("latest turn", "continue", 0)
+    assert (log["filter"], log["branch"], policy.stats["branch_calls"]) == (verdict, "continue", 0)
     assert policy.forest.nodes[-1].parent == 5
 
 
@@ -148,18 +158,24 @@ def transcript(new: str) -> list[dict[str, str]]:
     return [*messages, {"role": "user", "content": new}]
 
 
+ALL_PATHS = ["topic 1 to turn 4", "topic 1 to turn 6", "topic 2 to turn 3", "topic 3 to turn 5"]
+
+
 @pytest.mark.parametrize(
-    ("yes", "topic", "parent", "branch", "asked"),
+    ("yes", "topic", "parent", "asked"),
     [
-        ({6}, "continue", 6, 0, ["path to turn 6"]),  # the active thread first
-        ({4}, "continue", 4, 1, ["path to turn 6", "path to turn 4"]),  # then the tree's other leaf path
-        # then the other trees, the most recently active first (topic 3, then topic 2)
-        ({3}, "switch", 3, 0, ["path to turn 6", "path to turn 4", "topic 3", "topic 2"]),
+        # the current tree's leaf paths in order of creation (1-4, then 1-2-6); a yes on either continues the
+        # current tree at its thread's end (turn 6), as the paper's code does
+        ({4}, "continue", 6, ALL_PATHS[:1]),
+        ({6}, "continue", 6, ALL_PATHS[:2]),
+        # then the other trees' leaf paths, in order of creation: a yes switches to that tree at its thread's end
+        ({3}, "switch", 3, ALL_PATHS[:3]),
+        ({5}, "switch", 5, ALL_PATHS),
         # none matches: a new tree
-        (set(), "create", None, 0, ["path to turn 6", "path to turn 4", "topic 3", "topic 2"]),
+        (set(), "create", None, ALL_PATHS),
     ],
 )
-def test_topic_decision_walks_the_leaf_paths_then_the_other_trees(yes, topic, parent, branch, asked):
+def test_topic_decision_walks_the_leaf_paths_then_the_other_trees(yes, topic, parent, asked):
     new = "the new message"
     with (
         CannedServer(replies=from_body(context_agent_paper_light({new: yes}))) as light,
@@ -180,17 +196,19 @@ def test_topic_decision_walks_the_leaf_paths_then_the_other_trees(yes, topic, pa
     assert (log["topic"], log["asked"]) == (topic, asked)
     assert log.get("filter") == (None if topic == "create" else "retrieval off")  # a new tree has no branch to pick
     node = policy.forest.nodes[-1]
-    assert (node.parent, node.branch) == (parent, branch)
-    assert node.topic == {"continue": 1, "switch": 2, "create": 4}[topic]
-    # every decision question went to the light model, with the thread it names; nothing else did
-    assert [thread_end(r["messages"][-1]["content"]) for r in light.requests] == [6, 4, 5, 3][: len(asked)]
+    assert (node.parent, node.branch) == (parent, 0)
+    assert node.topic == {"continue": 1, "switch": {3: 2, 5: 3}.get(parent), "create": 4}[topic]
+    # every question went to the light model, with the path it names: the node summaries from the root
+    shown = [r["messages"][-1]["content"] for r in light.requests]
     assert all(r["messages"][0]["content"] == PATH_SYSTEM for r in light.requests)
-    # to the summary model: once a topic summary of each tree other than the new node's (all stale, built by hand,
-    # whether asked about or shown in the context), and the node summary
-    stale_shown = {"continue": 2, "switch": 3, "create": 3}[topic]
-    assert len(summarizer.requests) == stale_shown + 1
-    cost = policy.costs[-1]
-    assert cost.calls == {"base": 1, "light": len(asked) + stale_shown + 1}
+    assert [thread_end(p) for p in shown] == [4, 6, 3, 5][: len(asked)]
+    assert shown[0].startswith("Thread (its turns, latest last):\n- turn 1: s1\n- turn 4: s4\nNew message:")
+    # the summary model wrote the node summary, nothing else (the other topics are shown as their node summaries)
+    assert len(summarizer.requests) == 1
+    assert policy.costs[-1].calls == {"base": 1, "light": len(asked) + 1}
+    system = base.requests[-1]["messages"][0]["content"]
+    others = [t for t in (1, 2, 3) if t != node.topic]
+    assert all(f"Topic {t}:" in system for t in others) and ("- s5" in system) == (3 in others)
 
 
 def test_an_unreadable_yes_no_is_a_no_and_counted():
@@ -352,11 +370,7 @@ def test_eval_ntm_with_the_paper_preset_writes_tcr_act_and_the_policy_protocol(t
         0.6,
         3,
     )
-    assert protocol["deviations"] == [
-        "prompts in ifgym's own words, not the paper's",
-        "heuristic filter (ifgym's reading): retrieved nodes that are the thread's end or its parent never reach "
-        "the branch decision (they are in the context in full)",
-    ]
+    assert protocol["deviations"] == ["prompts in ifgym's own words, not the paper's"]
     printed = capsys.readouterr().out
     assert "policy protocol: context_agent (embedder=Qwen3-Embedding-0.6B, theta=0.6, topic_decision=paths" in printed
     assert "not Context-Agent's protocol:\n  - prompts in ifgym's own words" in printed

@@ -18,7 +18,6 @@ from ifgym.policies.context_agent import (
     NODE_SUMMARY_SYSTEM,
     PATH_SYSTEM,
     SUMMARY_SYSTEM,
-    TOPIC_SUMMARY_SYSTEM,
     TOPIC_SYSTEM,
 )
 from ifgym.policies.graphif import FAST_SYSTEM, IDENTIFY_SYSTEM, INTENTION_SYSTEM, SINGLE_SYSTEM
@@ -119,8 +118,8 @@ def context_agent_paper_light(
     The yes/no question: "yes" when the thread shown ends at a turn in `same[new message]`; without
     `same`, every thread is the same (one tree, each turn continues the first path asked). Branch
     decisions come from `branches` (by new message; else "continue"). Node summaries are
-    "summary: <first five words>", a topic summary "topic: <its first node summary>". A scripted
-    message missing from `same` gets an answer no parser accepts (a default taken, counted).
+    "summary: <first five words>". A scripted message missing from `same` gets an answer no parser
+    accepts (a default taken, counted).
     """
 
     def answer(messages: Messages) -> str:
@@ -137,9 +136,6 @@ def context_agent_paper_light(
         if system == NODE_SUMMARY_SYSTEM:
             user = prompt.split("User: ", 1)[1].split("\nAssistant: ", 1)[0]
             return json.dumps({"summary": "summary: " + " ".join(user.split()[:5])})
-        if system == TOPIC_SUMMARY_SYSTEM:
-            first = prompt.splitlines()[1].split(": ", 1)[1]
-            return json.dumps({"topic_summary": f"topic: {first}"})
         raise AssertionError(f"not a Context-Agent paper prompt: {system[:80]!r}")
 
     return answer
