@@ -73,6 +73,7 @@ config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
 policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=chat|scripted|transformers (chat uses
                policy.llm); graphif and context_agent call a light model at policy.light_llm
+               policy=context_agent_paper: Context-Agent with its paper's settings (summaries at policy.summary_llm)
 """
 
 
