@@ -401,6 +401,12 @@ class ContextAgent(WrapperPolicy):
                 deviations.append(f"top_k={self.top_k} retrieved nodes, not the paper's {PAPER_SETTINGS['top_k']}")
             if self.retrieval and self.theta != THETA:
                 deviations.append(f"theta={self.theta}, not the paper's {THETA}")
+        if self.tree:
+            decide, summarize = (str(getattr(c, "model", None) or type(c).__name__) for c in (self.light, self.summary))
+            deviations.append(
+                f"decision model {decide}, summary model {summarize}; the paper's code decides with gemma3 12B and "
+                "summarizes with gemma3 4B"
+            )
         if (self.retrieval or not self.tree) and not is_paper_embedder(self.embedder):
             deviations.append(
                 f"embedder {self.embedder_name}, not the paper's {PAPER_EMBEDDER}; θ={THETA} was calibrated for "

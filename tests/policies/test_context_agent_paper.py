@@ -370,7 +370,11 @@ def test_eval_ntm_with_the_paper_preset_writes_tcr_act_and_the_policy_protocol(t
         0.6,
         3,
     )
-    assert protocol["deviations"] == ["prompts in ifgym's own words, not the paper's"]
+    assert protocol["deviations"] == [
+        "prompts in ifgym's own words, not the paper's",
+        "decision model canned-model, summary model canned-model; the paper's code decides with gemma3 12B and "
+        "summarizes with gemma3 4B",
+    ]
     printed = capsys.readouterr().out
     assert "policy protocol: context_agent (embedder=Qwen3-Embedding-0.6B, theta=0.6, topic_decision=paths" in printed
     assert "not Context-Agent's protocol:\n  - prompts in ifgym's own words" in printed
