@@ -379,7 +379,7 @@ class ContextAgent(WrapperPolicy):
         if not self.tree:
             k = f"k={self.linear_k}" if self.linear_k else "k=3 up to turn 15, 5 after (by the turns so far)"
             deviations.append(
-                f"ablation without the tree (the paper's Table 4): {k} most similar earlier turns in full, "
+                f"ablation without the tree (the paper's Table 4): the most similar earlier turns in full ({k}); "
                 "no topic decision, no summaries, no θ"
             )
         else:
