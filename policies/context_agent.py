@@ -46,9 +46,9 @@ turns, chosen by the turns so far since a policy does not know the dialogue's le
 
 Documented defaults for malformed light-model output: an unreadable topic decision, or a switch
 to a topic that does not exist, *continues* the active topic; an unreadable yes/no answer is *no*;
-an unreadable branch decision *continues* the current thread; an unreadable summary becomes the user's message cut to 30
-words, and the topic summary stays as it was (a new topic takes the node summary). Each case is
-counted in `stats`. Nothing is guessed beyond that.
+an unreadable branch decision *continues* the current thread; an unreadable summary becomes the
+user's message cut to 30 words, and the topic summary stays as it was (a new topic takes the node
+summary). Each case is counted in `stats`. Nothing is guessed beyond that.
 
 Cost per turn: one base call; one summary call; the topic decision (not on the first turn): one
 call, or one per leaf path asked until the first yes; a branch call only when the filter lets
