@@ -73,6 +73,7 @@ config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
 policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=chat|scripted|transformers (chat uses
                policy.llm); graphif and context_agent call a light model at policy.light_llm
+               policy=context_agent_paper: Context-Agent with its paper's settings (summaries at policy.summary_llm)
 """
 
 
@@ -268,14 +269,23 @@ def config_help(command: str = "eval") -> str:
 
 
 # Where each role's model settings are given (env roles: env.<role>_llm), for messages that name them.
-ROLE_CONFIG_KEYS = {"policy": "policy.llm", "light": "policy.light_llm", "judge": "judge.llm"}
+ROLE_CONFIG_KEYS = {
+    "policy": "policy.llm",
+    "light": "policy.light_llm",
+    "summary": "policy.summary_llm",
+    "judge": "judge.llm",
+}
 
 
-def _client_for(role: str, settings: Any, clients: dict[str, Any]) -> Any:
-    """One client per role for the whole run (shared by every episode: one semaphore, one usage counter)."""
+def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: str | None = None) -> Any:
+    """One client per role for the whole run (shared by every episode: one semaphore, one usage counter).
+
+    `config_key` is where the settings were given, when not the role's own key (a light model that
+    takes policy.llm's settings).
+    """
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role, ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
+    clients[role] = make_client(settings, role, config_key or ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
     return clients[role]
 
 
@@ -319,6 +329,9 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
 
     Wrapper kinds (truncation, graphif, context_agent) wrap a fresh base policy (`policy.base`:
     chat, scripted or transformers); graphif and context_agent share one light-model client (role "light").
+    Context_agent's decision and summary models each default to the other: of `policy.light_llm` and
+    `policy.summary_llm`, one left equal to `policy.llm` takes the other's settings; the summaries go
+    to a client of their own (role "summary") only when the two differ.
     Kinds chat (policy=embedded, openai) and transformers are the full-history baseline: they run through
     `Truncation(k=None)`, which sends the transcript unchanged and keeps the same per-turn cost
     records as the wrappers (calls, tokens, context tokens), so its calls/turn and ACT are reported.
@@ -370,15 +383,27 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
         k = policy_cfg["truncation"]["k"]
         Truncation(make_base(), k=k)  # a bad k fails now, before any episode
         return lambda: Truncation(make_base(), k=k)
-    light = _client_for("light", policy_cfg["light_llm"], clients)
+    light_key, light_cfg = "policy.light_llm", policy_cfg["light_llm"]
+    summary_cfg = policy_cfg.get("summary_llm") if kind == "context_agent" else None
+    if summary_cfg is not None:  # a decision or summary model left as the backbone takes the other's settings
+        if light_cfg == policy_cfg["llm"] and summary_cfg != policy_cfg["llm"]:
+            light_key, light_cfg = "policy.summary_llm", summary_cfg
+        elif summary_cfg == policy_cfg["llm"]:
+            summary_cfg = light_cfg
+    light = _client_for("light", light_cfg, clients, light_key)
     if kind == "graphif":
         settings = dict(policy_cfg["graphif"])
         GraphIF(make_base(), light, **settings)
         return lambda: GraphIF(make_base(), light, **settings)
+    summary = _client_for("summary", summary_cfg, clients) if summary_cfg not in (None, light_cfg) else None
     settings = dict(policy_cfg["context_agent"])
-    embedder = make_embedder(settings.pop("embedder"))  # one embedder (and loaded model) for the whole run
-    ContextAgent(make_base(), light, embedder=embedder, **settings)
-    return lambda: ContextAgent(make_base(), light, embedder=embedder, **settings)
+    # one embedder (and loaded model) for the whole run
+    embedder = make_embedder(settings.pop("embedder"), settings.pop("embedder_model", None))
+    probe = ContextAgent(make_base(), light, summary=summary, embedder=embedder, **settings)
+    note = next((d for d in probe.protocol()["deviations"] if d.startswith("embedder ")), None)
+    if note is not None:  # θ was set for the paper's embedder: say so before the run, once
+        print(f"ifgym: note: Context-Agent's {note}", file=sys.stderr)
+    return lambda: ContextAgent(make_base(), light, summary=summary, embedder=embedder, **settings)
 
 
 BASE_KINDS = ("chat", "scripted", "transformers")
@@ -883,6 +908,8 @@ def report_run(
     loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) and finished else {}
     strict = env.summarize_rows(tally.strict) if finished else {}
     summary = {"protocol": env.protocol(), "strict": strict, "loose": loose}
+    if tally.policy_protocol is not None:  # a wrapper that follows a paper (Context-Agent): its differences
+        summary["policy_protocol"] = tally.policy_protocol
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)

@@ -59,6 +59,27 @@ def protocol_lines(protocol: dict[str, Any]) -> list[str]:
     return lines
 
 
+def policy_protocol_lines(protocol: dict[str, Any] | None) -> list[str]:
+    """A wrapper's settings on one line, then each way it differs from its paper's (a summary's `policy_protocol`)."""
+    if not protocol:
+        return []
+    shown = {
+        k: v
+        for k, v in protocol.items()
+        if k not in ("policy", "paper", "deviations") and not isinstance(v, (dict, list)) and v is not None
+    }
+    lines = [
+        f"policy protocol: {protocol.get('policy', '?')} (" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
+    ]
+    paper, deviations = protocol.get("paper"), protocol.get("deviations", [])
+    if deviations:
+        lines.append(f"not {paper}'s protocol:" if paper else "differs from the paper's protocol:")
+        lines += [f"  - {d}" for d in deviations]
+    elif paper:
+        lines.append(f"{paper}'s protocol")
+    return lines
+
+
 def _model(run: dict[str, Any], role: str) -> str | None:
     """`model (backend host)` of a role in a run's summary, or None when the run has no client for it."""
     info = run.get("models", {}).get(role)
@@ -126,6 +147,7 @@ def results_table(summary: dict[str, Any]) -> str:
             columns.append((columns[1][0], 4))
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
     lines = protocol_lines(summary.get("protocol", {}))
+    lines += policy_protocol_lines(summary.get("policy_protocol"))
     lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
     lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
@@ -248,7 +270,8 @@ class RunTally:
     had a patience value; `user_stats`: the user simulator's counters (renders, LLM fallbacks,
     regenerations …) summed; `policy_usage`: the `meta["policy_usage"]` figures `policy_cost`
     reads, summed, and `policy_wrapped` whether every episode had them (a wrapper played it);
-    `policy_counters`: the counters of `meta["policy_trace"]` summed.
+    `policy_counters`: the counters of `meta["policy_trace"]` summed; `policy_protocol`: the
+    wrapper's protocol (`meta["policy_trace"]["protocol"]`, one per run), None without one.
     """
 
     strict: list[Any] = field(default_factory=list)
@@ -259,6 +282,7 @@ class RunTally:
     policy_usage: dict[str, int | float] = field(default_factory=dict)
     policy_wrapped: bool = True
     policy_counters: dict[str, int] = field(default_factory=dict)
+    policy_protocol: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, episodes: Iterable[Episode], env: Any = None, *, loose: bool = False) -> RunTally:
@@ -276,7 +300,10 @@ class RunTally:
             tally.policy_wrapped = tally.policy_wrapped and all(key in usage for key in _WRAPPER_USAGE)
             if tally.policy_wrapped:
                 _add(tally.policy_usage, {key: usage.get(key, 0) for key in POLICY_COST_USAGE})
-            _add(tally.policy_counters, episode.meta.get("policy_trace", {}).get("counters", {}))
+            trace = episode.meta.get("policy_trace", {})
+            _add(tally.policy_counters, trace.get("counters", {}))
+            if tally.policy_protocol is None and trace.get("protocol"):
+                tally.policy_protocol = trace["protocol"]
         return tally
 
     def policy_cost(self) -> dict[str, Any] | None:

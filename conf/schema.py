@@ -69,8 +69,27 @@ class GraphIFConf:
 class ContextAgentConf:
     """Settings of policy=context_agent."""
 
-    theta: float = _help("similarity a fork candidate must exceed before the light model's branch decision", 0.6)
-    embedder: str = _help("minilm (all-MiniLM-L6-v2 shipped in the embed extra) | hashing (offline stand-in)", "minilm")
+    theta: float = _help("similarity a retrieved node must exceed before the light model's branch decision", 0.6)
+    embedder: str = _help(
+        "minilm (all-MiniLM-L6-v2 shipped in the embed extra) | hashing (offline stand-in) | a sentence-transformers "
+        "id (owner/name) or folder | an embeddings server's base URL (http://HOST:PORT/v1)",
+        "minilm",
+    )
+    embedder_model: str | None = _help(
+        "the model an embeddings server serves (embedder=URL), e.g. Qwen3-Embedding-0.6B", None
+    )
+    top_k: int = _help("nodes retrieved per turn for the branch decision (the paper: 3)", 1)
+    topic_decision: str = _help(
+        "summaries (one call over the topics' summaries) | paths (the paper's yes/no per path)", "summaries"
+    )
+    topic_summary: str = _help(
+        "running (updated with each node summary) | from_nodes (the paper's: from node summaries)", "running"
+    )
+    tree: bool = _help("false = the paper's ablation without the tree: retrieval over a linear sequence of turns", True)
+    retrieval: bool = _help(
+        "false = the paper's ablation without the retriever: the heuristic alone decides the branch", True
+    )
+    linear_k: int | None = _help("turns retrieved with tree=false; null = 3 up to turn 15, 5 after (the paper's)", None)
     embed_chars: int = _help("a node's content (message + reply) is cut to this many characters to embed", 1000)
     summary_chars: int = _help("the message and the reply are cut to this many characters in the summary prompt", 1500)
 
@@ -104,6 +123,11 @@ class PolicyConf:
     )
     light_llm: LLMConf = _help(
         "light model of graphif/context_agent for extraction, decisions, summaries (null base_url = embedded)",
+        default_factory=LLMConf,
+    )
+    summary_llm: LLMConf = _help(
+        "context_agent's summary model; its presets start it as light_llm's (context_agent_paper: as policy.llm, "
+        "and a light_llm left as policy.llm takes summary_llm's)",
         default_factory=LLMConf,
     )
     truncation: TruncationConf = field(default_factory=TruncationConf)

@@ -182,7 +182,9 @@ class NTMEnv(ChatEnv):
         }
         deviations = [
             "the judge is ifgym's checklist judge (StructFlow's prompt, one call per dialogue on the final request "
-            "and reply, unknown verdicts counted), not the paper's judge"
+            "and reply, unknown verdicts counted), not the paper's judge (which answers a count met / total)",
+            "ACT counts every prompt token of the policy's request, the new message included, as its server reports "
+            "them; the paper's code counts the context before the new message, with gemma3's tokenizer",
         ]
         if self.judge_kind == "rules":
             deviations.append("judge=rules: no rule decides a checkpoint, so every verdict is unknown and TCR is n/a")

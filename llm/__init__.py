@@ -13,6 +13,7 @@ and token counter. Only this package talks to models. Import from `ifgym.llm`; i
   plays the role, `model_place`), and `check_servers` (each server asked once, before a run, whether
   it answers and serves the model);
 - `http`: the OpenAI-compatible backend over aiohttp: requests, retries, errors that name the fix;
+- `embeddings`: `EmbeddingClient`, sentence embeddings from an OpenAI-compatible `/embeddings` route;
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
 
@@ -39,6 +40,7 @@ from ifgym.llm.conversation import (
     word_count,
 )
 from ifgym.llm.embedded import LLAMA_CPP_INSTALL, EmbeddedBackend
+from ifgym.llm.embeddings import EmbeddingClient
 from ifgym.llm.models import (
     EMBEDDED_MODELS,
     QWEN_FILE,
@@ -84,6 +86,7 @@ __all__ = [
     "Completion",
     "Conversation",
     "EmbeddedBackend",
+    "EmbeddingClient",
     "LLMClient",
     "LLMConfig",
     "Message",

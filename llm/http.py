@@ -62,8 +62,9 @@ from ifgym.errors import (
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
 from ifgym.llm.conversation import Message, Usage
 
-# Where chat completions are posted, and the served models listed, relative to base_url.
+# Where chat completions and embeddings are posted, and the served models listed, relative to base_url.
 CHAT_PATH = "/chat/completions"
+EMBEDDINGS_PATH = "/embeddings"
 MODELS_PATH = "/models"
 # A server's retry-after is honoured up to this many seconds (longer: the client's own backoff).
 MAX_RETRY_AFTER = 60.0
@@ -322,17 +323,44 @@ class HTTPBackend:
 
     async def achat(self, conns: Connections, msgs: list[Message], params: Mapping[str, Any]) -> ServerReply:
         """One chat completion over `conns` (this loop's connections), retried as the module docstring says."""
+        content, content_type, retries = await self._post(conns, CHAT_PATH, self._body(msgs, params))
+        return self._from_response(content, content_type, retries)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        """Embeddings of `texts` from the server's `/embeddings` route, run on this backend's loop thread."""
+        loop, conns = self._loop_thread()
+        return asyncio.run_coroutine_threadsafe(self.aembed(conns, texts), loop).result()
+
+    async def aembed(self, conns: Connections, texts: list[str]) -> list[list[float]]:
+        """Embeddings of `texts` (one row each, in order) over `conns`, retried as a chat call is."""
+        body = json.dumps({"model": self.config.model, "input": texts, **self.config.extra}).encode()
+        content, content_type, _ = await self._post(conns, EMBEDDINGS_PATH, body)
+        data = self._json(content, content_type)
+        rows = data.get("data") if isinstance(data, dict) else None
+        ok = isinstance(rows, list) and len(rows) == len(texts)
+        ok = ok and all(isinstance(r, dict) and isinstance(r.get("embedding"), list) for r in rows)
+        if not ok:
+            found = f"keys: {', '.join(sorted(data))}" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+            raise NoChoicesError(
+                f"{self._url}{EMBEDDINGS_PATH} did not answer one embedding per input for model "
+                f"{self.config.model!r} ({len(texts)} inputs; {found}); check that the server serves embeddings"
+            )
+        # OpenAI may answer out of order: each row names its input by `index`
+        ordered = sorted(rows, key=lambda r: r.get("index", 0)) if all("index" in r for r in rows) else rows
+        return [r["embedding"] for r in ordered]
+
+    async def _post(self, conns: Connections, path: str, body: bytes) -> tuple[bytes, str, int]:
+        """POST `body` to `path` under base_url: (content, content type, retries), every failure a named error."""
         import aiohttp
         import tenacity
 
         session = await conns.open(self._session)
-        body = self._body(msgs, params)
         attempts = 0
 
         async def attempt() -> tuple[bytes, str]:
             nonlocal attempts
             attempts += 1
-            return await _request(session, "POST", self._url + CHAT_PATH, body)
+            return await _request(session, "POST", self._url + path, body)
 
         try:
             try:  # most calls succeed at once: tenacity's bookkeeping (0.3 ms a call) starts at the first failure
@@ -367,7 +395,7 @@ class HTTPBackend:
             retries = max(attempts - 1, 0)
             if retries:
                 self._tally(lambda u: u.bump(retries=retries))
-        return self._from_response(content, content_type, retries)
+        return content, content_type, retries
 
     def check(self) -> tuple[str, str | None]:
         """Ask the server, once and before a run, whether it serves the model; see `acheck`."""

@@ -1,7 +1,8 @@
 """What every policy wrapper shares: calling the wrapped policy and a light model, and counting the cost.
 
 A wrapper (Truncation, GraphIF, ContextAgent) answers a turn by calling the policy it wraps (the
-*base*, the model under test) and, for its own bookkeeping, a *light* model client. Each turn is
+*base*, the model under test) and, for its own bookkeeping, a *light* model client (and a *summary*
+client for summaries, the light one unless given). Each turn is
 written once, as a generator that yields the calls it needs (`LightCall`, `BaseCall`, `EmbedCall`)
 and receives their results; `act` drives it synchronously and `aact` with awaits, so the sync and
 async paths cannot drift apart.
@@ -56,9 +57,14 @@ ROLES = (BASE, LIGHT)
 
 @dataclass(frozen=True)
 class LightCall:
-    """A call to the light model; the turn receives the Completion."""
+    """A call to the light model; the turn receives the Completion.
+
+    `summary=True` sends it to the wrapper's summary model (the light model unless one was given);
+    both count in the light role's cost.
+    """
 
     messages: list[Message]
+    summary: bool = False
 
 
 @dataclass(frozen=True)
@@ -180,13 +186,14 @@ class WrapperPolicy(Policy):
     `usage` holds lifetime totals; `stats` the counters of defaults taken (none here).
     """
 
-    def __init__(self, base: Policy, light: Any = None, *, embedder: Any = None):
+    def __init__(self, base: Policy, light: Any = None, *, embedder: Any = None, summary: Any = None):
         if not (hasattr(base, "act") and hasattr(base, "aact") and hasattr(base, "reset")):
             raise ConfigError(
                 f"{type(self).__name__} wraps a policy (e.g. ChatPolicy(client)) with act/aact/reset; got {base!r:.200}"
             )
         self.base = base
         self.light = light
+        self.summary = summary if summary is not None else light
         self.embedder = embedder
         self.costs: list[TurnCost] = []
         self.stats: dict[str, int] = {}
@@ -245,8 +252,8 @@ class WrapperPolicy(Policy):
 
     def _run(self, request: Request) -> Any:
         if isinstance(request, LightCall):
-            out = self._light_client().chat(request.messages)
-            return self._count_light(request.messages, out)
+            client = self._light_client(request)
+            return self._count_light(client, request.messages, client.chat(request.messages))
         if isinstance(request, BaseCall):
             before = getattr(self.base, "last", None)
             reply = self.base.act(request.messages)
@@ -255,8 +262,8 @@ class WrapperPolicy(Policy):
 
     async def _arun(self, request: Request) -> Any:
         if isinstance(request, LightCall):
-            out = await self._light_client().achat(request.messages)
-            return self._count_light(request.messages, out)
+            client = self._light_client(request)
+            return self._count_light(client, request.messages, await client.achat(request.messages))
         if isinstance(request, BaseCall):
             before = getattr(self.base, "last", None)
             reply = await self.base.aact(request.messages)
@@ -264,10 +271,11 @@ class WrapperPolicy(Policy):
         # sentence-transformers is CPU-bound: keep the event loop free for other episodes
         return await asyncio.to_thread(self._embed, request.texts)
 
-    def _light_client(self) -> Any:
-        if self.light is None:
-            raise ConfigError(f"{type(self).__name__} has no light model client")
-        return self.light
+    def _light_client(self, request: LightCall) -> Any:
+        client = self.summary if request.summary else self.light
+        if client is None:
+            raise ConfigError(f"{type(self).__name__} has no {'summary' if request.summary else 'light'} model client")
+        return client
 
     def _embed(self, texts: list[str]) -> Any:
         if self.embedder is None:
@@ -283,11 +291,11 @@ class WrapperPolicy(Policy):
         cost.completion_tokens[role] += completion
         cost.estimated_calls += int(estimated)
 
-    def _count_light(self, messages: list[Message], out: Completion) -> Completion:
+    def _count_light(self, client: Any, messages: list[Message], out: Completion) -> Completion:
         if getattr(out, "usage_reported", True):
             self._count(LIGHT, out.prompt_tokens, out.completion_tokens, False)
         else:
-            prompt = _tokens_or_none(self.light, messages)
+            prompt = _tokens_or_none(client, messages)
             self._count(LIGHT, prompt if prompt is not None else word_count(messages), len(out.text.split()), True)
         return out
 
@@ -346,13 +354,29 @@ class WrapperPolicy(Policy):
         """The wrapper's settings, for logs."""
         return {"policy": type(self).__name__}
 
+    def protocol(self) -> dict[str, Any] | None:
+        """How this wrapper differs from its paper's, for the results table; None when it has no paper to follow.
+
+        A dict like an env's `protocol()`: `policy` (its name), `paper`, settings (plain values) and
+        `deviations` (each difference in words). Every episode carries it (`episode_record`), and
+        the run's summary keeps it as `policy_protocol`, printed under the env's protocol line.
+        """
+        return None
+
     def episode_record(self) -> dict[str, Any]:
-        """What this episode leaves to inspect: settings, per-turn costs, counters of defaults taken (plain JSON)."""
-        return {
+        """What this episode leaves to inspect: settings, per-turn costs, counters of defaults taken (plain JSON).
+
+        With `protocol`, when the wrapper has one.
+        """
+        out = {
             "policy": self.describe(),
             "costs": [c.to_json() for c in self.costs],
             "counters": dict(self.stats),
         }
+        protocol = self.protocol()
+        if protocol is not None:
+            out["protocol"] = protocol
+        return out
 
 
 def _add_cost(totals: dict[str, int], cost: TurnCost) -> None:

@@ -28,9 +28,10 @@ def cli(*args, env=None):
 def test_help_lists_commands_and_groups(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert (
-        "eval" in out and "policy={context_agent, embedded, graphif, openai, scripted, transformers, truncation}" in out
+    policies = (
+        "policy={context_agent, context_agent_paper, embedded, graphif, openai, scripted, transformers, truncation}"
     )
+    assert "eval" in out and policies in out
     assert "trainer={cpu_start_with, grpo, smoke}" in out and "train [FLAGS]" in out
     assert (
         "env={composite, composite_editors, composite_llm, evolif, evolif_llm, evolif_paper, evolif_v0, flexbench, "

@@ -20,6 +20,7 @@ from ifgym.report import (
     comparison_figure,
     group_figure,
     max_tokens_warnings,
+    protocol_lines,
     results_table,
     run_title,
     survival_figure,
@@ -194,6 +195,30 @@ def test_results_table_marks_the_headline_defines_every_metric_and_says_why_n_a(
     for name in ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA", "loose"):
         assert f"  {name}: " in text
     assert "n/a: REC had nothing to measure in this run" in text
+
+
+def test_a_wrappers_protocol_follows_the_envs_in_the_results_table():
+    summary = summary_of(play(1, patience=1))
+    summary["protocol"] = gym.make("ifgym/EvolIF-v1").unwrapped.protocol()
+    plain = results_table(summary).splitlines()
+    summary["policy_protocol"] = {
+        "policy": "context_agent",
+        "paper": "Context-Agent",
+        "theta": 0.6,
+        "linear_k": None,  # unset: not shown
+        "deviations": ["prompts in ifgym's own words, not the paper's"],
+    }
+    lines = results_table(summary).splitlines()
+    start = len(protocol_lines(summary["protocol"]))
+    assert lines[:start] == plain[:start]  # the env's protocol first, unchanged
+    assert lines[start : start + 3] == [
+        "policy protocol: context_agent (theta=0.6)",
+        "not Context-Agent's protocol:",
+        "  - prompts in ifgym's own words, not the paper's",
+    ]
+    assert lines[start + 3 :] == plain[start:]
+    summary["policy_protocol"]["deviations"] = []
+    assert "Context-Agent's protocol" in results_table(summary).splitlines()[start + 1]
 
 
 def test_a_role_whose_replies_often_stop_at_max_tokens_gets_a_warning():

@@ -13,7 +13,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ifgym.policies.context_agent import BRANCH_SYSTEM, SUMMARY_SYSTEM, TOPIC_SYSTEM
+from ifgym.policies.context_agent import (
+    BRANCH_SYSTEM,
+    NODE_SUMMARY_SYSTEM,
+    PATH_SYSTEM,
+    SUMMARY_SYSTEM,
+    TOPIC_SYSTEM,
+)
 from ifgym.policies.graphif import FAST_SYSTEM, IDENTIFY_SYSTEM, INTENTION_SYSTEM, SINGLE_SYSTEM
 
 Messages = list[dict[str, str]]
@@ -95,6 +101,42 @@ def context_agent_light(
             summary = "summary: " + " ".join(user.split()[:5])
             return json.dumps({"summary": summary, "topic_summary": summary if so_far == "(new topic)" else so_far})
         raise AssertionError(f"not a Context-Agent prompt: {system[:80]!r}")
+
+    return answer
+
+
+def thread_end(prompt: str) -> int:
+    """The turn a Context-Agent yes/no question's thread ends with (its last `- turn N:` line)."""
+    return int(re.findall(r"^- turn (\d+):", prompt.split("New message:\n", 1)[0], re.MULTILINE)[-1])
+
+
+def context_agent_paper_light(
+    same: Mapping[str, Sequence[int]] | None = None, branches: Mapping[str, Mapping[str, Any]] | None = None
+) -> Callable[[Messages], str]:
+    """A light and summary model for Context-Agent's paper settings (topic_decision=paths, topic_summary=from_nodes).
+
+    The yes/no question: "yes" when the thread shown ends at a turn in `same[new message]`; without
+    `same`, every thread is the same (one tree, each turn continues the first path asked). Branch
+    decisions come from `branches` (by new message; else "continue"). Node summaries are
+    "summary: <first five words>". A scripted message missing from `same` gets an answer no parser
+    accepts (a default taken, counted).
+    """
+
+    def answer(messages: Messages) -> str:
+        system, prompt = messages[0]["content"], messages[-1]["content"]
+        if system == PATH_SYSTEM:
+            if same is None:
+                return json.dumps({"answer": "yes"})
+            ends = same.get(new_message(prompt))
+            if ends is None:
+                return "(unscripted yes/no call)"
+            return json.dumps({"answer": "yes" if thread_end(prompt) in ends else "no"})
+        if system == BRANCH_SYSTEM:
+            return json.dumps((branches or {}).get(new_message(prompt), {"decision": "continue"}))
+        if system == NODE_SUMMARY_SYSTEM:
+            user = prompt.split("User: ", 1)[1].split("\nAssistant: ", 1)[0]
+            return json.dumps({"summary": "summary: " + " ".join(user.split()[:5])})
+        raise AssertionError(f"not a Context-Agent paper prompt: {system[:80]!r}")
 
     return answer
 

@@ -8,7 +8,9 @@ Tests that exercise the HTTP path (llm, env, CLI, rollout) start one of these in
         assert srv.requests[0]["messages"][-1]["content"] == "hi"
 
 Serves ``POST /v1/chat/completions`` (OpenAI schema, with ``usage`` counted in whitespace words)
-and ``GET /v1/models``. A request with ``"stream": true`` gets the same reply as server-sent
+and ``GET /v1/models``; with ``embed`` (a function text -> list of floats) also ``POST
+/v1/embeddings`` (OpenAI schema: one ``data`` row per input, with its ``index``; without ``embed``
+the route is a 404). A request with ``"stream": true`` gets the same reply as server-sent
 events, as OpenAI streams it: ``chat.completion.chunk`` events (the role, the text in pieces, the
 finish reason; then the usage in a chunk without choices when ``stream_options.include_usage``
 is set) and ``data: [DONE]``. A request for another model gets a 404 with an OpenAI-style error body.
@@ -34,8 +36,9 @@ base URL, and on end of standard input prints the CPU seconds it spent serving a
 
 What it records: ``gets`` (the path of every GET), ``requests`` (every chat request body, faulted
 ones included, in arrival order), ``statuses`` (the status answered to each), ``headers`` (each
-one's request headers, names lower-cased), ``ports`` (the client port each came from: one per
-connection) and ``max_in_flight`` (the most chat requests being served at the same time).
+one's request headers, names lower-cased), ``embedding_requests`` (every embeddings request
+body), ``ports`` (the client port each came from: one per connection) and ``max_in_flight`` (the
+most chat requests being served at the same time).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ class CannedServer:
         also_lists: Sequence[str] = (),
         api_key: str | None = None,
         slots: int | None = None,
+        embed: Callable[[str], Sequence[float]] | None = None,
     ):
         if isinstance(replies, str) or (not callable(replies) and not replies):
             raise ValueError("replies must be a non-empty list of strings or a function body -> str")
@@ -85,6 +89,8 @@ class CannedServer:
         self.also_lists = list(also_lists)
         self.api_key = api_key
         self.slots = slots
+        self.embed = embed
+        self.embedding_requests: list[dict[str, Any]] = []
         self.gets: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -199,6 +205,21 @@ class CannedServer:
             }
         return 200, {}, out
 
+    def _answer_embeddings(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.embedding_requests.append(body)
+        if body.get("model") != self.model:
+            message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
+            return 404, _error_body(message, "invalid_request_error", "model_not_found")
+        texts = body.get("input")
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return 400, _error_body("input must be a string or a list of strings", "invalid_request_error", None)
+        rows = [{"object": "embedding", "index": i, "embedding": list(self.embed(t))} for i, t in enumerate(texts)]
+        words = sum(len(t.split()) for t in texts)
+        usage = {"prompt_tokens": words, "total_tokens": words}
+        return 200, {"object": "list", "data": rows, "model": self.model, "usage": usage}
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -277,7 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self._refused_key():
             return
         # a target in absolute form (a request through a proxy) is served too, as HTTP/1.1 servers must
-        if urllib.parse.urlsplit(self.path).path.rstrip("/") != "/v1/chat/completions":
+        route = urllib.parse.urlsplit(self.path).path.rstrip("/")
+        if route == "/v1/embeddings" and self.canned.embed is not None:
+            try:
+                return self._send(*self.canned._answer_embeddings(json.loads(raw)))
+            except json.JSONDecodeError as exc:
+                return self._send(400, _error_body(f"invalid JSON: {exc}", "invalid_request_error", None))
+        if route != "/v1/chat/completions":
             return self._send(404, _error_body(f"no route {self.path}", "invalid_request_error", None))
         try:
             body = json.loads(raw)
