@@ -76,9 +76,37 @@ OPERATIONAL_KEYS = (
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
 
-# Env settings added after runs were made, at the value that keeps the earlier behaviour: left out of the run
-# key at that value, so a run from before the setting keeps its key (and its folder) and resumes into it.
-ENV_KEYS_ADDED_LATER = {"pipeline": "ifgym", "metrics": "ifgym"}  # FlexBench's paper preset (issue 20)
+# Settings added after runs were made, at the value that keeps the earlier behaviour: left out of the run key
+# at that value, so a run from before the setting keeps its key (and its folder) and resumes into it.
+KEYS_ADDED_LATER = {
+    "env.pipeline": "ifgym",  # FlexBench's paper preset (issue 20)
+    "env.metrics": "ifgym",
+    "env.min_mean_constraints": None,  # EvolIF's trivial-dialogue filter (issue 20)
+    "policy.context_agent.embedder_model": None,  # Context-Agent's paper preset (issue 19)
+    "policy.context_agent.top_k": 1,
+    "policy.context_agent.topic_decision": "summaries",
+    "policy.context_agent.topic_summary": "running",
+    "policy.context_agent.tree": True,
+    "policy.context_agent.retrieval": True,
+    "policy.context_agent.linear_k": None,
+}
+
+
+def _without_added_later(keep: dict[str, Any]) -> dict[str, Any]:
+    """`keep` less the settings of `KEYS_ADDED_LATER` at their earlier value, and an unset summary model."""
+    for dotted, earlier in KEYS_ADDED_LATER.items():
+        *path, name = dotted.split(".")
+        node = keep
+        for part in path:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict) and name in node and node[name] == earlier:
+            del node[name]
+    policy = keep.get("policy")
+    if isinstance(policy, dict) and "summary_llm" in policy:
+        # before summary_llm, summaries went to light_llm: one equal to it (or of another policy) changes nothing
+        if policy.get("kind") != "context_agent" or policy["summary_llm"] == policy.get("light_llm"):
+            del policy["summary_llm"]
+    return keep
 
 
 def run_key(cfg: Mapping[str, Any]) -> str:
@@ -92,10 +120,7 @@ def run_key(cfg: Mapping[str, Any]) -> str:
             }
         return node
 
-    keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}
-    if isinstance(keep["env"], dict):
-        added = ENV_KEYS_ADDED_LATER
-        keep["env"] = {k: v for k, v in keep["env"].items() if not (k in added and added[k] == v)}
+    keep = _without_added_later({k: strip(cfg[k]) for k in ("env", "policy", "judge")})
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 

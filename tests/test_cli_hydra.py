@@ -245,3 +245,28 @@ def test_flexbench_runs_from_before_the_paper_settings_keep_their_run_key():
     # the paper's settings define other episodes: another key
     paper = OmegaConf.to_container(compose(["env=flexbench", "env.metrics=paper"]), resolve=True)
     assert key(paper) != key(OmegaConf.to_container(compose(["env=flexbench"]), resolve=True))
+
+
+# Run keys of 44518c1 (before the paper presets of issues 19 and 20): settings added since, at their earlier
+# value, must leave them as they were, or every older run folder stops resuming.
+KEYS_BEFORE_THE_PAPER_PRESETS = {
+    ("evolif", "openai"): "2b96ae56cf8e",
+    ("flexbench", "context_agent"): "ecc0901dfb6e",
+    ("ntm", "graphif"): "39993355b4ab",
+    ("structflow", "truncation"): "80d55300a3f4",
+}
+
+
+@pytest.mark.parametrize(("env", "policy"), sorted(KEYS_BEFORE_THE_PAPER_PRESETS))
+def test_runs_from_before_the_paper_presets_keep_their_run_key(env, policy):
+    cfg = OmegaConf.to_container(compose([f"env={env}", f"policy={policy}"]), resolve=True)
+    assert run_key(cfg) == KEYS_BEFORE_THE_PAPER_PRESETS[env, policy]
+
+
+def test_a_summary_model_of_its_own_changes_context_agents_run_key():
+    def key(overrides):
+        cfg = compose(["env=flexbench", "policy=context_agent", *overrides])
+        return run_key(OmegaConf.to_container(cfg, resolve=True))
+
+    assert key([]) == KEYS_BEFORE_THE_PAPER_PRESETS["flexbench", "context_agent"]
+    assert key(["policy.summary_llm.model=other"]) != key([]) != key(["policy.context_agent.tree=false"])
