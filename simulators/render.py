@@ -36,7 +36,8 @@ import numpy as np
 from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
 from ifgym.core.catalog import FORMAT_NAMES
 from ifgym.core.constraints import Constraint
-from ifgym.core.wording import a, and_list, quote, times
+from ifgym.core.sampling import choice
+from ifgym.core.wording import NUMBER_WORDS, a, and_list, quote, times
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import ChatClient, Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Style, Topic
@@ -116,21 +117,7 @@ class Renderer(ABC):
 # query this way before using it: a rule, no model call).
 # ---------------------------------------------------------------------------------------------
 
-_NUMBER_NAMES = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-)
+_NAMED_UP_TO = 12  # numbers a message may state in words
 _TIMES_NAMES = {1: ("once",), 2: ("twice",), 3: ("thrice",)}
 _AMBIGUOUS_LETTERS = frozenset("ai")  # "a" and "I" stand alone in ordinary English
 _CASE_WORDS = {"case.upper": ("upper", "capital", "caps"), "case.lower": ("lower",)}
@@ -159,7 +146,7 @@ def _number(text: str, n: int) -> bool:
     digits = re.sub(r"(?<=\d)[,\u202f\u00a0](?=\d{3}\b)", "", text)  # 1,200 -> 1200
     if re.search(rf"(?<![\d.]){n}(?!\d)", digits):
         return True
-    names = (_NUMBER_NAMES[n],) if n < len(_NUMBER_NAMES) else ()
+    names = (NUMBER_WORDS[n],) if n <= _NAMED_UP_TO else ()
     return any(re.search(rf"(?<![^\W_]){w}(?![^\W_])", text, re.IGNORECASE) for w in names)
 
 
@@ -348,7 +335,7 @@ class TemplateRenderer(Renderer):
         note = self.change_note(request, rng)
         if note:
             parts.append(note)
-        clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
+        clauses = [choice(rng, c.phrasings()) for c in request.constraints]
         if clauses:
             parts.append(self._requirements(clauses, rng, request.change is not None))
         return parts
@@ -357,18 +344,18 @@ class TemplateRenderer(Renderer):
         """A new topic: its request and constraints; a return: a cue and the change; else the change only."""
         if request.move == "new_topic":
             parts = [self._opening(request, rng)]
-            clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
+            clauses = [choice(rng, c.phrasings()) for c in request.constraints]
             if len(clauses) > 2:
                 lines = [f"- {_sentence(c)}" for c in clauses]
-                parts.append(_pick(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
+                parts.append(choice(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
             elif clauses:
-                parts.append(_pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
+                parts.append(choice(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
             return parts
         note = self.change_note(request, rng)
         if request.move == "return":
             return [self._opening(request, rng)] + ([note] if note else [])
-        lead = _pick(rng, _LEAD_CONTINUE)
-        return [p for p in (lead, note or _pick(rng, _AGAIN)) if p]
+        lead = choice(rng, _LEAD_CONTINUE)
+        return [p for p in (lead, note or choice(rng, _AGAIN)) if p]
 
     @staticmethod
     def _opening(request: RenderRequest, rng: np.random.Generator) -> str:
@@ -381,29 +368,29 @@ class TemplateRenderer(Renderer):
             table = _OPEN_CONTINUE
         # the focus word must not be one the user has forbidden
         focus = [k for k in request.topic.keywords if not (set(k.lower().split()) & request.forbidden_tokens)]
-        template = _pick(rng, table)
-        word = _pick(rng, focus) if focus else "the details"
+        template = choice(rng, table)
+        word = choice(rng, focus) if focus else "the details"
         return template.format(title=title, focus=word)
 
     @staticmethod
     def change_note(request: RenderRequest, rng: np.random.Generator) -> str | None:
         """The sentence stating the turn's change (add: the new rule; remove: the old; modify: old to new), or None."""
         if request.change == "add" and request.new is not None:
-            return _pick(rng, _NOTE_ADD).format(new=_pick(rng, request.new.phrasings()))
+            return choice(rng, _NOTE_ADD).format(new=choice(rng, request.new.phrasings()))
         if request.change == "remove" and request.old is not None:
-            return _pick(rng, _NOTE_REMOVE).format(old=_pick(rng, request.old.phrasings()))
+            return choice(rng, _NOTE_REMOVE).format(old=choice(rng, request.old.phrasings()))
         if request.change == "modify" and request.old is not None and request.new is not None:
-            old, new = _pick(rng, request.old.phrasings()), _pick(rng, request.new.phrasings())
-            return _sentence(_pick(rng, _NOTE_MODIFY).format(old=old, new=new))
+            old, new = choice(rng, request.old.phrasings()), choice(rng, request.new.phrasings())
+            return _sentence(choice(rng, _NOTE_MODIFY).format(old=old, new=new))
         return None
 
     @staticmethod
     def _requirements(clauses: list[str], rng: np.random.Generator, after_change: bool) -> str:
         # one or two rules read best inline; longer sets as a list the reader can tick off
         if len(clauses) <= 2 and rng.random() < 0.5:
-            head = _pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses))
+            head = choice(rng, _INLINE_HEADS).format(clauses=and_list(clauses))
             return ("All together: " + head[:1].lower() + head[1:]) if after_change else head
-        head = _pick(rng, _LIST_HEADS)
+        head = choice(rng, _LIST_HEADS)
         if rng.random() < 0.5:
             lines = [f"- {_sentence(c)}" for c in clauses]
         else:
@@ -418,10 +405,6 @@ class TemplateRenderer(Renderer):
     def reset_stats(self) -> None:
         """Zero the counters."""
         self._renders = 0
-
-
-def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
-    return options[int(rng.integers(len(options)))]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from ifgym.core.structflow import (
     constraint_item,
     turn_name,
 )
+from ifgym.core.wording import NUMBER_WORDS
 from ifgym.errors import ConfigError, GenerationError, did_you_mean
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Topic
@@ -42,10 +43,6 @@ class _Invalid(Exception):
 # must contain the constraint's specifics (numbers as digits or words, words, marks, emoji) and, for
 # a constraint that is a kind rather than a value (a format, a case, a length unit), a word naming
 # the kind. It catches a requirement left out or stated with another value, not one turned around.
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty"
-).split()
 _TIMES_WORDS = {1: "once", 2: "twice", 3: "thrice"}
 _PROSE_MARKS = ".,:;!?'\"-()"  # so common in prose that only a quoted copy or the name counts
 _MARK_NAMES = {
@@ -86,7 +83,7 @@ _SKIP_PARAMS = ("relation",)  # less_than / more_than / exactly: said in too man
 
 def _number_cue(n: int) -> str:
     forms = [rf"(?<![\d.,]){n}(?![\d])"] + ([rf"(?<![\d.,]){n:,}(?![\d])"] if n >= 1000 else [])
-    words = [w for w in (_NUMBER_WORDS[n] if 0 <= n < len(_NUMBER_WORDS) else None, _TIMES_WORDS.get(n)) if w]
+    words = [w for w in (NUMBER_WORDS[n] if 0 <= n < len(NUMBER_WORDS) else None, _TIMES_WORDS.get(n)) if w]
     return "|".join(forms + [rf"\b{w}\b" for w in words])
 
 
