@@ -11,9 +11,9 @@ StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.stru
 `summarize` always gives its task's metrics.
 """
 
-from ifgym import lazy_submodules
 from ifgym.core.constraints import GROUPS, JUDGED_GROUPS, REGISTRY, RULE_GROUPS, Constraint, conflicts, ids_in_group
 from ifgym.core.evolif import from_evolif, to_evolif
+from ifgym.lazy import lazy_submodules
 from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.evolif_compat import evolif_check
 from ifgym.rewards.evolif_judge import EvolIFJudge
