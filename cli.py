@@ -632,7 +632,7 @@ def evaluate(
             record.data["took_over"] = stale
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
-            from ifgym.llm import model_place
+            from ifgym.llm.client import model_place
 
             print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
         if resolved["progress"] or clients:

@@ -579,7 +579,7 @@ def cached_audit(
 
     The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
     """
-    from ifgym.llm import default_cache_dir
+    from ifgym.llm.models import default_cache_dir
 
     modes = _modes_of(suites, modes)
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
