@@ -32,7 +32,9 @@ import numpy as np
 from ifgym.core import Episode
 from ifgym.errors import ConfigError
 
-__all__ = ["CISettings", "cohen_kappa", "compare", "intervals", "metric_names"]
+__all__ = ["COMPARE_INSTALL", "CISettings", "cohen_kappa", "compare", "intervals", "metric_names"]
+
+COMPARE_INSTALL = "pip install 'ifgym[compare]'  (scipy>=1.15,<1.18; make's set-up installs it)"
 
 Summarize = Callable[..., dict[str, float]]
 # an env's `summary_ratios`: {metric: (numerator per dialogue, denominator per dialogue)}
@@ -230,7 +232,10 @@ def compare(
     `{metric: {"a", "b", "diff", "ci": [low, high] | None, "p_value": float | None}}`; a metric
     undefined in either run has diff NaN and no interval or p-value.
     """
-    from scipy.stats import permutation_test
+    try:
+        from scipy.stats import permutation_test
+    except ImportError:
+        raise ConfigError(f"the paired permutation test of a comparison needs SciPy: {COMPARE_INSTALL}") from None
 
     settings = settings or CISettings()
     a, b = _pairs(episodes_a, episodes_b)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -87,6 +88,12 @@ def test_compare_finds_a_known_difference():
     # both runs play two turns per dialogue: no difference, p = 1
     assert result["EDR_len"]["diff"] == 0.0 and result["EDR_len"]["ci"] == [0.0, 0.0]
     assert result["EDR_len"]["p_value"] == 1.0
+
+
+def test_compare_without_scipy_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # as if the compare extra were not installed
+    with pytest.raises(ConfigError, match=r"SciPy: pip install 'ifgym\[compare\]'"):
+        compare(run(4, 1), run(4, 2), summarize, ["CSR"], settings=CISettings(50))
 
 
 def test_compare_without_a_difference_is_not_significant():
