@@ -5,28 +5,12 @@ imported until `gym.make`). Submodules load on first attribute access, so after 
 `help(ifgym.envs.evolif.EvolIFEnv)` works without importing anything else up front.
 """
 
-import importlib
-import pkgutil
-from collections.abc import Callable, Iterable
 from pathlib import Path
-from types import ModuleType
 
 from gymnasium.envs.registration import register, registry
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict
-
-
-def lazy_submodules(package: str, path: Iterable[str]) -> Callable[[str], ModuleType]:
-    """A module-level `__getattr__` for `package` that imports its submodules on first access (PEP 562)."""
-    names = frozenset(m.name for m in pkgutil.iter_modules(list(path)))
-
-    def __getattr__(name: str) -> ModuleType:
-        if name in names:
-            return importlib.import_module(f"{package}.{name}")
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
-
-    return __getattr__
-
+from ifgym.lazy import lazy_submodules
 
 # pytest (importlib mode) also runs this file as a plain module when the checkout folder's name is not
 # an identifier (e.g. a worktree named `evolif-user`): there is no __path__ then, only __file__.

@@ -5,7 +5,7 @@ drawn stratified by constraint group and judge label (`sample_items`), with the 
 hidden until the researcher has labelled the item. Each label is appended to `labels.jsonl` in the
 run folder (`append_label`: one JSON line, flushed and fsynced; a relabelled item's last line
 counts). `ifgym agreement RUN` (`agreement`) pairs the labels with the run's verdicts and reports,
-per group and over all groups, Cohen's kappa (scikit-learn's `cohen_kappa_score` over the labels
+per group and over all groups, Cohen's kappa (`ifgym.stats.cohen_kappa` over the labels
 yes/no/unknown: a judge's unknown counts as disagreeing with the human's yes or no), accuracy (share of
 items where the judge said what the human said) and the yes-rate on the human's negatives (share of
 items a human labelled "no" that the judge passed), each with a percentile bootstrap interval over
@@ -18,7 +18,6 @@ import json
 import math
 import os
 import threading
-import warnings
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ifgym.core import Episode, TurnRecord
+from ifgym.core import LABELS, Episode, TurnRecord
 from ifgym.errors import DataFormatError
+from ifgym.stats import cohen_kappa
 
 LABELS_FILE = "labels.jsonl"
 HUMAN_LABELS = ("yes", "no")
@@ -160,13 +160,7 @@ def read_labels(folder: Path) -> list[dict[str, Any]]:
 
 
 def _kappa(human: Sequence[str], judge: Sequence[str]) -> float:
-    from sklearn.metrics import cohen_kappa_score
-
-    if not human:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # one label in play: kappa is 0/0, undefined (NaN), which the row says
-        return float(cohen_kappa_score(human, judge, labels=["yes", "no", "unknown"]))
+    return cohen_kappa(human, judge, labels=LABELS)  # one label in play: undefined (NaN), which the row says
 
 
 def _figures(pairs: Sequence[tuple[str, str, str]]) -> dict[str, float]:

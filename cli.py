@@ -23,12 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ifgym.records import public_config, run_key, scrub_hydra_files
+from hydra.experimental.callback import Callback
 
-try:  # the Hydra callback base class; hydra is a core dependency, imported here only for the class
-    from hydra.experimental.callback import Callback
-except ImportError:  # pragma: no cover
-    Callback = object  # type: ignore[assignment,misc]
+from ifgym.records import public_config, run_key, scrub_hydra_files
 
 USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
@@ -678,7 +675,7 @@ def evaluate(
             record.data["took_over"] = stale
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
-            from ifgym.llm import model_place
+            from ifgym.llm.client import model_place
 
             print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
         if resolved["progress"] or clients:

@@ -39,10 +39,6 @@ class ConstraintParamsError(IfgymError, ValueError):
     """A constraint's params are missing, extra, or out of range."""
 
 
-class ConstraintConflictError(IfgymError, ValueError):
-    """Two constraints that cannot hold together were put in one instruction state."""
-
-
 class JudgeRequiredError(IfgymError, RuntimeError):
     """A judged constraint (emotion, style, reader age) was asked to check itself by rule."""
 

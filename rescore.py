@@ -29,7 +29,7 @@ import numpy as np
 from ifgym.core import Episode, UserTurn, Verdict
 from ifgym.envs.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.errors import ConfigError
-from ifgym.llm import count_episode_usage
+from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
 from ifgym.simulators.base import UserSimulator

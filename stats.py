@@ -32,7 +32,9 @@ import numpy as np
 from ifgym.core import Episode
 from ifgym.errors import ConfigError
 
-__all__ = ["CISettings", "compare", "intervals", "metric_names"]
+__all__ = ["COMPARE_INSTALL", "CISettings", "cohen_kappa", "compare", "intervals", "metric_names"]
+
+COMPARE_INSTALL = "pip install 'ifgym[compare]'  (scipy>=1.15,<1.18; make's set-up installs it)"
 
 Summarize = Callable[..., dict[str, float]]
 # an env's `summary_ratios`: {metric: (numerator per dialogue, denominator per dialogue)}
@@ -63,6 +65,24 @@ class CISettings:
             "level": self.level,
             "seed": self.seed,
         }
+
+
+def cohen_kappa(first: Sequence[str], second: Sequence[str], labels: Sequence[str]) -> float:
+    """Cohen's kappa of two raters' labels of the same items: (observed - chance agreement) / (1 - chance).
+
+    Chance agreement is the sum over `labels` of the product of the two raters' shares; pairs with a
+    label outside `labels` are left out. NaN where kappa is undefined: no pairs, or chance agreement
+    1 (both raters gave one and the same label throughout).
+    """
+    if len(first) != len(second):
+        raise ValueError(f"cohen_kappa: {len(first)} labels from the first rater, {len(second)} from the second")
+    pairs = [(a, b) for a, b in zip(first, second, strict=True) if a in labels and b in labels]
+    n = len(pairs)
+    if not n:
+        return math.nan
+    observed = sum(a == b for a, b in pairs) / n
+    chance = sum(sum(a == x for a, _ in pairs) * sum(b == x for _, b in pairs) for x in set(labels)) / n**2
+    return math.nan if chance == 1 else (observed - chance) / (1 - chance)
 
 
 def metric_names(summary: dict[str, float], headline: Sequence[str]) -> list[str]:
@@ -212,7 +232,10 @@ def compare(
     `{metric: {"a", "b", "diff", "ci": [low, high] | None, "p_value": float | None}}`; a metric
     undefined in either run has diff NaN and no interval or p-value.
     """
-    from scipy.stats import permutation_test
+    try:
+        from scipy.stats import permutation_test
+    except ImportError:
+        raise ConfigError(f"the paired permutation test of a comparison needs SciPy: {COMPARE_INSTALL}") from None
 
     settings = settings or CISettings()
     a, b = _pairs(episodes_a, episodes_b)

@@ -1,4 +1,4 @@
-"""Weights & Biases logging for `ifgym eval` (wandb is imported only when this logger is used).
+"""Weights & Biases logging for `ifgym eval` (wandb, the `wandb` extra, is imported only when this logger is used).
 
 Settings follow W&B's conventions: a value set in the config (`logger.project=…`) wins, else W&B's
 environment variable (`WANDB_PROJECT`, `WANDB_ENTITY`, `WANDB_MODE`, `WANDB_DIR`, `WANDB_NAME`,
@@ -28,9 +28,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
-from ifgym.errors import BackendError, UnknownNameError
+from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.records import public_argv, public_config
 
+WANDB_INSTALL = "pip install 'ifgym[wandb]'  (wandb>=0.17,<0.32; make's set-up installs it)"
 MODES = ("online", "offline", "disabled")
 # W&B's own spellings of its modes (WANDB_MODE=dryrun is offline)
 MODE_ALIASES = {"dryrun": "offline", "run": "online"}
@@ -162,6 +163,15 @@ def agreement_summary(result: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def import_wandb() -> Any:
+    """The wandb module; a ConfigError naming the extra to install when it is missing."""
+    try:
+        import wandb
+    except ImportError:
+        raise ConfigError(f"logger=wandb needs Weights & Biases: {WANDB_INSTALL}") from None
+    return wandb
+
+
 def wandb_run_id(folder: Path) -> str | None:
     """The id of the W&B run `ifgym eval logger=wandb` wrote into a run folder (its latest), or None."""
     runs = sorted(p.name for p in (folder / "wandb").glob("*run-*") if p.is_dir())
@@ -187,7 +197,7 @@ def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
     settings = resolve_settings(config.get("logger") or {}, run_dir=folder, name=folder.name)
     if settings["mode"] == "disabled":
         return None
-    import wandb
+    wandb = import_wandb()
 
     with public_argv():  # `ifgym agreement` takes no credentials, but W&B's metadata never sees any
         run = wandb.init(
@@ -216,10 +226,7 @@ class WandbLogger:
         summarize: Callable[..., dict[str, float]],
         loose: bool = True,
     ):
-        try:
-            import wandb
-        except ImportError as exc:  # pragma: no cover - wandb is a core dependency
-            raise BackendError("logger=wandb needs wandb: pip install 'wandb>=0.17,<0.32'") from exc
+        wandb = import_wandb()
         self._wandb = wandb
         self.settings = dict(settings)
         Path(self.settings["dir"]).mkdir(parents=True, exist_ok=True)

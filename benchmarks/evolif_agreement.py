@@ -23,8 +23,9 @@ import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from ifgym.core.evolif import from_evolif
 from ifgym.errors import IfgymError
-from ifgym.rewards import check, from_evolif
+from ifgym.rewards import check
 
 JUDGED = ("emotion", "reader_age", "style")
 COLUMNS = ("strict", "loose", "evolif")

@@ -53,7 +53,7 @@ def token_counter(words: bool) -> tuple[Callable[[list[dict[str, str]]], int], C
     """(prompt tokens of messages, tokens of a text, unit name)."""
     if words:
         return (lambda ms: sum(len(m["content"].split()) for m in ms)), (lambda t: len(t.split())), "words"
-    from ifgym.llm import EmbeddedBackend
+    from ifgym.llm.embedded import EmbeddedBackend
 
     backend = EmbeddedBackend("qwen2.5-coder-1.5b")
     llama = backend.load()

@@ -12,6 +12,8 @@ so the user side and the scoring side can both speak it without knowing each oth
 - `sampling`: what the samplers share (`Ranges`, `SampleContext`) and drawing what fits the live
   constraints (`sample_compatible`, `vary_compatible`, `change_one`), for the EvolIF tracker and
   the StructFlow planner alike;
+- `cues`: what a user's text must carry to state a constraint (each type's `cues`) and `unstated`,
+  the one check of a drafted user message every user simulator uses;
 - `wording`: the small pieces of English the phrasings and the renderers are built from;
 - `structflow`: StructFlow's relations and flows, item types and weights, tasks and user types;
 - `evolif`: EvolIF's instruction format read into constraints and back (`from_evolif`, `to_evolif`).
@@ -34,7 +36,9 @@ from ifgym.core.constraints import (
     constraint_type,
     ids_in_group,
     register,
+    unstated,
 )
+from ifgym.core.cues import Cue
 from ifgym.core.turns import (
     CHANGES,
     ITEM_KINDS,
@@ -63,6 +67,7 @@ __all__ = [
     "ChecklistItem",
     "Constraint",
     "ConstraintType",
+    "Cue",
     "Episode",
     "ItemKind",
     "Label",
@@ -75,4 +80,5 @@ __all__ = [
     "constraint_type",
     "ids_in_group",
     "register",
+    "unstated",
 ]

@@ -30,6 +30,7 @@ import emoji
 import numpy as np
 
 from ifgym.core.constraints import ConstraintType, count_keyword, params_error, register
+from ifgym.core.cues import Cue, letter_cue, mark_cue, number_cue, text_cue, word_start_cue
 from ifgym.core.sampling import SampleContext, choice, pick_keywords, randint, tokens
 from ifgym.core.verdicts import Verdict
 from ifgym.core.wording import a, and_list, count, or_list, quote, times
@@ -240,6 +241,11 @@ class _LetterType(_EdgeType):
         )
 
     @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The letter named as a letter (quoted, after "letter", or standing alone unless it is a or I)."""
+        return (Cue(f"the letter {quote(params['letter'].upper())}", letter_cue(params["letter"])),)
+
+    @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
         """A letter many English words start (end) with."""
         return {"letter": choice(rng, END_LETTERS if cls.last else START_LETTERS)}
@@ -287,6 +293,11 @@ class _EmojiType(_EdgeType):
             f"put {e} at the very {'end' if cls.last else 'beginning'} of your answer",
             f"{'close' if cls.last else 'open'} the response with {e}",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The emoji itself (a variation selector aside)."""
+        return (Cue(f"the emoji {params['emoji']}", re.escape(params["emoji"].replace("\ufe0f", ""))),)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
@@ -349,6 +360,11 @@ class _KeywordEdgeType(_EdgeType):
             f"make {k} the {edge} word of your answer",
             f"{'finish' if cls.last else 'begin'} the response with {k}",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The keyword as a whole word."""
+        return (Cue(f"the word {quote(params['keyword'])}", text_cue(params["keyword"])),)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
@@ -419,6 +435,11 @@ class _QuotationType(_EdgeType):
             f"close the response with {right}, the end of a quotation opened with {left}",
             f"finish your answer with a quoted passage between {left} and {right}",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """Both marks of the pair."""
+        return tuple(Cue(f"the mark {quote(m)}", re.escape(m)) for m in (params["left"], params["right"]))
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
@@ -531,6 +552,13 @@ class _FormatType(ConstraintType):
         """E.g. "give me the response in JSON only"."""
         name = FORMAT_NAMES[cls.id.split(".")[1]]
         return (f"format the whole reply as valid {name}", _FORMAT_ASKS[cls.id], f"give me the response in {name} only")
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The format's name (CSV also as comma-separated)."""
+        name = FORMAT_NAMES[cls.id.split(".")[1]]
+        pattern = text_cue(name) + (r"|comma[- ]separated" if name == "CSV" else "")
+        return (Cue(f"the format {name}", pattern),)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
@@ -843,6 +871,12 @@ class _CaseType(ConstraintType):
         return ("write everything in lowercase letters", "keep every letter lowercase", "use lowercase only")
 
     @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """A word naming the case: upper, capital, caps; lower, small letters."""
+        words = ("upper", "capital", "caps") if cls.want_upper else ("lower", "small letters")
+        return (Cue(f"the case ({'/'.join(words)})", word_start_cue(*words)),)
+
+    @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
         """No params to draw."""
         return {}
@@ -905,6 +939,12 @@ class CaseUpperRatio(ConstraintType):
             f"keep the share of capital letters at roughly {pct}%",
             f"write so that around {pct} percent of all letters are capitals",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The percentage, then % or "percent"."""
+        percent = params["percent"]
+        return (Cue(f"the share {percent}%", number_cue(percent), (Cue("a percentage (% or percent)", r"%|percent"),)),)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
@@ -974,6 +1014,11 @@ class PunctuationInclude(ConstraintType):
         )
 
     @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The mark quoted or by name (bare only when it is not a mark of ordinary prose)."""
+        return (Cue(f"the mark {quote(params['mark'])}", mark_cue(params["mark"])),)
+
+    @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
         """A mark that reads naturally in an English request."""
         return {"mark": choice(rng, NATURAL_INCLUDE_MARKS)}
@@ -1019,6 +1064,11 @@ class PunctuationExclude(ConstraintType):
             f"leave out every {name} ({mark})",
             f"write without a single {mark}",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The mark quoted or by name (bare only when it is not a mark of ordinary prose)."""
+        return (Cue(f"the mark {quote(params['mark'])}", mark_cue(params["mark"])),)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
@@ -1099,6 +1149,14 @@ class BulletsCount(ConstraintType):
             f"include exactly {n} {plural}",
             f"use exactly {n} {plural} (lines starting with - or *)",
             f"give exactly {n} bulleted {'item' if n == 1 else 'items'}, no more and no fewer",
+        )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The number of bullet points, then a word naming them."""
+        n = params["n"]
+        return (
+            Cue(f"the number of bullet points ({n})", number_cue(n), (Cue("bullet points", r"bullet|point|item"),)),
         )
 
     @classmethod
@@ -1228,6 +1286,13 @@ class _LengthType(ConstraintType):
         return LENGTH_RELATIONS if cls.unit in ctx.ranges.exact_length_units else LENGTH_RELATIONS[:2]
 
     @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """The number, then the unit (the relation is said in too many ways to check by words)."""
+        one = cls.unit[:-1]
+        unit = r"\bchar(?:acter)?s?\b" if cls.unit == "characters" else rf"\b{one}s?\b"
+        return (Cue(f"the number {params['n']}", number_cue(params["n"]), (Cue(f"the unit ({cls.unit})", unit),)),)
+
+    @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any]:
         """A relation and a count in the unit's range."""
         return {"relation": choice(rng, cls._relations(ctx)), "n": randint(rng, getattr(ctx.ranges, cls.unit))}
@@ -1346,6 +1411,20 @@ class KeywordsExactCount(ConstraintType):
         return (f"mention {exact}", f"use {exact} in your reply", f"include {exact}, counting case-insensitively")
 
     @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """Each keyword whose count is new, and then how often it occurs (digits, words, once/twice/thrice)."""
+        was = (before or {}).get("counts", {})
+        return tuple(
+            Cue(
+                f"the keyword {quote(word)}",
+                text_cue(word),
+                (Cue(f"how often {quote(word)} occurs ({times(n)})", number_cue(n, times=True)),),
+            )
+            for word, n in params["counts"].items()
+            if was.get(word) != n
+        )
+
+    @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
         """Topic keywords no other constraint forbids, no two sharing a word, each with a count."""
         chosen = pick_keywords(rng, ctx.required_pool(), randint(rng, ctx.ranges.keywords_per_constraint))
@@ -1413,6 +1492,12 @@ class ForbiddenWords(ConstraintType):
             f"leave the {noun} {words} out of your reply",
             f"write without ever using {words}",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """Each newly forbidden word, as a whole word."""
+        was = {w.casefold() for w in (before or {}).get("words", ())}
+        return tuple(Cue(f"the word {quote(w)}", text_cue(w)) for w in params["words"] if w.casefold() not in was)
 
     @classmethod
     def sample(cls, rng: np.random.Generator, ctx: SampleContext) -> dict[str, Any] | None:
@@ -1496,6 +1581,11 @@ class EmotionTone(_JudgedType):
         e = params["emotion"]
         return (f"write in {a(e)} tone", f"let the reply sound {e}", f"make the mood of the answer {e}")
 
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """A word starting with the emotion ("excited", "excitedly")."""
+        return (Cue(f"the tone {params['emotion']}", word_start_cue(params["emotion"])),)
+
 
 @register
 class StyleRegister(_JudgedType):
@@ -1519,12 +1609,23 @@ class StyleRegister(_JudgedType):
             return (f"use the {s}", f"write mostly in the {s}", f"phrase your sentences in the {s}")
         return (f"write in {a(s)} style", f"keep the register {s}", f"make the wording {s}")
 
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """A word starting with the style's first word ("formal" in "formally", not in "informal")."""
+        return (Cue(f"the style {params['style']}", word_start_cue(params["style"].split()[0])),)
+
 
 _AUDIENCES = {  # three ways of naming each reader age, for the phrasings
     "child": ("a young child", "children", "a kid"),
     "youth": ("a teenager", "teenage readers", "a high-school student"),
     "adult": ("an adult reader", "grown-up readers", "an adult audience"),
     "senior": ("a senior reader", "older readers", "a retired audience"),
+}
+_AGE_CUES = {  # words that name a reader age in a request
+    "child": ("child", "kid"),
+    "youth": ("youth", "teen", "adolescent", "high-school", "high school"),
+    "adult": ("adult", "grown-up", "grown up"),
+    "senior": ("senior", "elder", "older", "retire"),
 }
 _AGE_WORDS = {
     "child": "a young child",
@@ -1554,3 +1655,9 @@ class ReaderAgeAudience(_JudgedType):
             f"aim the reply at {many}",
             f"pitch the answer so that {other} can follow it easily",
         )
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """A word naming the reader age ("teen" for youth, "retire" for senior)."""
+        age = params["age"]
+        return (Cue(f"the audience ({age})", word_start_cue(*_AGE_CUES[age])),)

@@ -6,7 +6,8 @@ the twelve EvolIF groups; at most one constraint per group is live at a time. Ru
 implement `check`; judged types (emotion, style, reader age) are scored by
 `ifgym.rewards.evolif_judge.EvolIFJudge`.
 
-This module holds the machinery (registry, groups, keyword matching, the conflicts table); the
+This module holds the machinery (registry, groups, keyword matching, the conflicts table, and
+`unstated`: what a user's text leaves out of a constraint, by its type's `cues`); the
 concrete types live in `ifgym.core.catalog`, registered when `ifgym.core` is imported (which
 importing any of its modules does first). Scoring a reply against a constraint, strict or loose,
 with ifgym's or EvolIF's reading, is `ifgym.rewards.check`.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ifgym.core.cues import VARIATION, Cue, param_cues
 from ifgym.core.verdicts import Verdict
 from ifgym.core.wording import clause
 from ifgym.errors import ConstraintParamsError, JudgeRequiredError, UnknownNameError
@@ -60,7 +62,8 @@ class ConstraintType:
       (`ifgym.core.sampling.SampleContext`), or None when the context leaves nothing to draw.
 
     ``vary(rng, params, ctx)`` (how a user would change the params of a live constraint) defaults
-    to drawing them afresh. All methods are pure functions of their arguments (no hidden state).
+    to drawing them afresh; ``cues(params, before)`` (what a user's text must carry to state it, see
+    `unstated`) to its param values. All methods are pure functions of their arguments (no hidden state).
     `register` refuses a class that lacks one of them, so a half-written type fails at import time,
     not mid-episode.
     """
@@ -87,6 +90,19 @@ class ConstraintType:
         They fit "Please …", "You no longer need to …" and "… rather than …". Default: `describe` as a clause.
         """
         return (clause(cls.describe(params)),)
+
+    @classmethod
+    def cues(cls, params: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> tuple[Cue, ...]:
+        """What a user's text must carry to state the requirement (`unstated` looks for them).
+
+        `before` holds the params a modify replaces (same id): then only what changed is asked for.
+        Default: every param value (numbers as digits or words, words, marks), or the id's last part.
+        """
+        found = [cue for key, value in params.items() for cue in param_cues(key, value)]
+        if not found:
+            name = cls.id.rsplit(".", 1)[-1].replace("_", " ")
+            found.append(Cue(f"the {name}", param_cues("name", name)[0].pattern))
+        return tuple(found)
 
     @classmethod
     def vary(cls, rng: np.random.Generator, params: Mapping[str, Any], ctx: Any) -> dict[str, Any] | None:
@@ -419,3 +435,21 @@ def conflicts(a: Constraint, b: Constraint) -> str | None:
             if left.id in rule.left and right.id in rule.right and (rule.when is None or rule.when(left, right)):
                 return f"{left.id} vs {right.id}: {rule.reason}"
     return None
+
+
+def unstated(constraint: Constraint, text: str, old: Constraint | None = None) -> list[str]:
+    """What `text` leaves out of `constraint`: the labels of its cues not found (empty when it states it).
+
+    `old` is the constraint a modify replaces: of the same id, only what changed must appear.
+    """
+    before = old.params if old is not None and old.id == constraint.id else None
+    clean = text.replace(VARIATION, "")
+    missing: list[str] = []
+    pending = list(constraint.kind.cues(constraint.params, before))
+    while pending:
+        cue = pending.pop(0)
+        if re.search(cue.pattern, clean, re.IGNORECASE):
+            pending[:0] = cue.then
+        else:
+            missing.append(cue.label)
+    return missing

@@ -1,16 +1,36 @@
-"""Small pieces of English the user's words are built from: quoting, counts, lists, articles, clauses.
+"""Small pieces of English the user's words are built from: number words, quoting, counts, lists, clauses.
 
-Shared by the constraint types' phrasings (`ifgym.core.catalog`) and the renderers that put them
-into a message (`ifgym.simulators.render`).
+Shared by the constraint types' phrasings and cues (`ifgym.core.catalog`) and the user simulators
+that put them into a message (`ifgym.simulators`). Picking one phrasing at random is
+`ifgym.core.sampling.choice`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-__all__ = ["NUMBER_WORDS", "a", "and_list", "clause", "count", "or_list", "quote", "times"]
+__all__ = [
+    "NUMBER_WORDS",
+    "a",
+    "and_list",
+    "clause",
+    "count",
+    "lower_first",
+    "or_list",
+    "quote",
+    "sentences",
+    "times",
+]
 
-NUMBER_WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
+# The name of each number from zero to twenty: NUMBER_WORDS[n] names n.
+NUMBER_WORDS: tuple[str, ...] = tuple(
+    (
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty"
+    ).split()
+)
+_SMALL = 5  # counts up to five are written in words ("two words"), larger ones in digits ("40 words")
 
 
 def quote(text: str) -> str:
@@ -25,7 +45,7 @@ def times(n: int) -> str:
 
 def count(n: int, unit: tuple[str, str]) -> str:
     """A count with its unit, small numbers in words: one word, two words, 40 words."""
-    return f"{NUMBER_WORDS.get(n, n)} {unit[0] if n == 1 else unit[1]}"
+    return f"{NUMBER_WORDS[n] if 1 <= n <= _SMALL else n} {unit[0] if n == 1 else unit[1]}"
 
 
 def and_list(items: Sequence[str]) -> str:
@@ -53,3 +73,18 @@ def clause(text: str) -> str:
     """A sentence as a clause: end punctuation dropped, first letter lowered unless the word is an acronym."""
     text = text.strip().rstrip(".!")
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def lower_first(text: str) -> str:
+    """`text` with its first letter lowered to go on a sentence: "Hello there" -> "hello there".
+
+    "I" (I'd, I'm) and an acronym (JSON, AI) keep their capital.
+    """
+    if text[1:2].isupper() or re.match(r"I\b", text):
+        return text
+    return text[:1].lower() + text[1:]
+
+
+def sentences(parts: Sequence[str]) -> str:
+    """Non-empty parts, stripped, joined by a space: the pieces of one message."""
+    return " ".join(p.strip() for p in parts if p and p.strip())

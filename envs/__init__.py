@@ -9,7 +9,6 @@ it reads what the user contributes to the record through `UserSimulator.episode_
 Ray workers, `shards` combines a sharded run's files.
 """
 
-from ifgym import lazy_submodules
 from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.envs.base import ChatEnv
 from ifgym.envs.rollout import (
@@ -24,6 +23,7 @@ from ifgym.envs.rollout import (
     run,
 )
 from ifgym.envs.spaces import ChatSpace, ReplySpace
+from ifgym.lazy import lazy_submodules
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 

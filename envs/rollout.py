@@ -42,7 +42,7 @@ from ifgym.core import Episode
 from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
-from ifgym.llm import count_episode_usage
+from ifgym.llm.conversation import count_episode_usage
 
 T = TypeVar("T")
 

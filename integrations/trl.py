@@ -203,7 +203,6 @@ def train(
     """
     import gymnasium as gym
 
-    import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.policies.transformers import (
         TransformersPolicy,
         load_pretrained,

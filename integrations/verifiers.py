@@ -50,7 +50,6 @@ import gymnasium as gym
 import verifiers.v1 as vf
 from pydantic import Field
 
-import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import Episode
 from ifgym.errors import ConfigError, IfgymError
 from ifgym.rewards.trl import EpisodeReturn, survived

@@ -10,7 +10,7 @@ tokens), resets its per-episode state with `reset()`, counts the episode in `epi
 leaves what to inspect in `episode_record()`. ACT is defined in `ifgym.policies.wrapper`.
 """
 
-from ifgym import lazy_submodules
+from ifgym.lazy import lazy_submodules
 from ifgym.policies.base import Policy, ScriptedPolicy
 from ifgym.policies.chat import ChatPolicy, embedded_policy
 from ifgym.policies.context_agent import ContextAgent

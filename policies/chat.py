@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ifgym.errors import ConfigError, did_you_mean
-from ifgym.llm import GEN_KEYS, ChatClient, Completion, Message, Usage, make_client, validate_messages
+from ifgym.llm import ChatClient, Completion, Message, Usage, make_client, validate_messages
+from ifgym.llm.config import GEN_KEYS
 from ifgym.policies.base import Policy
 
 

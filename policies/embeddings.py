@@ -165,7 +165,7 @@ class RemoteEmbedder:
                 f"an embeddings endpoint ({base_url}) needs the model it serves: set policy.context_agent."
                 "embedder_model=NAME (e.g. Qwen3-Embedding-0.6B)"
             )
-        from ifgym.llm import EmbeddingClient
+        from ifgym.llm.embeddings import EmbeddingClient
 
         self.client = EmbeddingClient({"base_url": base_url, "model": model, **settings}, "policy.context_agent")
         self.name = model

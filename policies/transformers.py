@@ -79,7 +79,7 @@ def _dense_copy(gguf: Path, folder: Path) -> Path:
 
 def model_folder(model: str) -> str:
     """Where `model` loads from: the dense cache of a GGUF (`smollm2-135m`, a .gguf path), else `model` itself."""
-    from ifgym.llm import default_cache_dir, smollm2_model_path
+    from ifgym.llm.models import default_cache_dir, smollm2_model_path
 
     if model == SMOLLM2:
         gguf = smollm2_model_path()

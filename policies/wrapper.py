@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.llm import Completion, Message, aconverse, converse, validate_messages, word_count
+from ifgym.llm import Completion, Message, aconverse, converse, validate_messages
+from ifgym.llm.conversation import word_count
 from ifgym.policies.base import Policy
 
 BASE, LIGHT = "base", "light"

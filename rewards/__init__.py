@@ -1,9 +1,9 @@
 """Scoring: rule checking (strict, loose, EvolIF's reading), the LLM judges, reward/patience, metrics, TRL rewards.
 
 It uses nothing of `simulators/`: scoring does not depend on the user simulator. The vocabulary it
-scores (constraints and their catalog, StructFlow's item types and weights) is `ifgym.core`'s; the
-catalog's names are re-exported here. Import public names from here
-(`from ifgym.rewards import Constraint, check, from_evolif, StructFlowScorer`). Each task's scorer and judge:
+scores (constraints and their catalog, StructFlow's item types and weights, EvolIF's instruction
+format) is `ifgym.core`'s: import those from there. Import scoring's public names from here
+(`from ifgym.rewards import check, StructFlowScorer`). Each task's scorer and judge:
 EvolIF `EvolIFScorer`/`EvolIFJudge` (metrics: `summarize`, `group_pass_rates`, `survival_curve` are EvolIF's),
 StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.structflow.summarize`), FlexBench
 `FlexBenchScorer`/`LLMDimensionJudge`/`DimensionSet` (the rest in `ifgym.rewards.flexbench`), NTM
@@ -11,9 +11,7 @@ StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.stru
 `summarize` always gives its task's metrics.
 """
 
-from ifgym import lazy_submodules
-from ifgym.core.constraints import GROUPS, JUDGED_GROUPS, REGISTRY, RULE_GROUPS, Constraint, conflicts, ids_in_group
-from ifgym.core.evolif import from_evolif, to_evolif
+from ifgym.lazy import lazy_submodules
 from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.evolif_compat import evolif_check
 from ifgym.rewards.evolif_judge import EvolIFJudge
@@ -29,14 +27,9 @@ from ifgym.rewards.trl import ChecklistReward, ConstraintReward, EpisodeReturn, 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 
 __all__ = [
-    "GROUPS",
-    "JUDGED_GROUPS",
-    "REGISTRY",
-    "RULE_GROUPS",
     "SEMANTICS",
     "ChecklistJudge",
     "ChecklistReward",
-    "Constraint",
     "ConstraintReward",
     "DimensionSet",
     "EvolIFJudge",
@@ -51,14 +44,10 @@ __all__ = [
     "Scores",
     "StructFlowScorer",
     "check",
-    "conflicts",
     "evolif_check",
-    "from_evolif",
     "group_pass_rates",
-    "ids_in_group",
     "summarize",
     "survival_curve",
-    "to_evolif",
     "TurnReward",
     "turn_outcome",
 ]

@@ -414,10 +414,10 @@ async def _score(scorer: Any, probe: Probe) -> list[str]:
 
 
 def _kappa(gold: Sequence[str], predicted: Sequence[str]) -> float | None:
-    """Cohen's kappa (scikit-learn); None where it is undefined (one label throughout)."""
+    """Cohen's kappa (`ifgym.stats.cohen_kappa`); None where it is undefined (one label throughout)."""
     import warnings
 
-    from sklearn.metrics import cohen_kappa_score
+    from ifgym.stats import cohen_kappa as cohen_kappa_score
 
     if len(set(gold) | set(predicted)) < 2:
         return None
@@ -579,7 +579,7 @@ def cached_audit(
 
     The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
     """
-    from ifgym.llm import default_cache_dir
+    from ifgym.llm.models import default_cache_dir
 
     modes = _modes_of(suites, modes)
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ifgym.core import TurnSpec, Verdict
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

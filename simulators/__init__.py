@@ -3,7 +3,7 @@
 The constraints and StructFlow flows they draw from are vocabulary shared with the rewards: `ifgym.core`.
 """
 
-from ifgym import lazy_submodules
+from ifgym.lazy import lazy_submodules
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser, TrackerConfig, TrackerStep

@@ -47,8 +47,9 @@ import numpy as np
 
 from ifgym.core import ChecklistItem, TurnSpec, UserTurn, Verdict
 from ifgym.core.constraints import RULE_GROUPS
-from ifgym.core.sampling import forbidden_tokens
+from ifgym.core.sampling import choice, forbidden_tokens
 from ifgym.core.structflow import USER_TYPES, Flow, constraint_item, turn_name
+from ifgym.core.wording import lower_first, sentences
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
 from ifgym.simulators.assets_io import Style, Topic
 from ifgym.simulators.base import UserSimulator
@@ -248,18 +249,6 @@ _LLM_CLARITY = {
 }
 
 
-def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
-    return options[int(rng.integers(len(options)))]
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:] if text[1:2].islower() or text[1:2] == " " else text
-
-
-def _join(parts: Sequence[str]) -> str:
-    return " ".join(p.strip() for p in parts if p and p.strip())
-
-
 def persona_words(
     persona: Persona | None, request: str, change: str | None, rng: np.random.Generator, *, first: bool = False
 ) -> str:
@@ -270,17 +259,17 @@ def persona_words(
     checklist. Every draw comes from `rng`, so the same persona stream gives the same words.
     """
     if persona is None:
-        return _join([request, change or ""])
+        return sentences([request, change or ""])
     level = persona.level
-    opener = _pick(rng, _GREETING[level] if first else _LEAD[level])
-    close = _pick(rng, _CLOSE[level])
-    context = _pick(rng, _CONTEXT)
-    hedge, tail = _pick(rng, _HEDGE), _pick(rng, _HEDGE_TAIL)
-    marker = _pick(rng, _EXPLICIT if persona.clarity == "explicit" else _BURIED)
+    opener = choice(rng, _GREETING[level] if first else _LEAD[level])
+    close = choice(rng, _CLOSE[level])
+    context = choice(rng, _CONTEXT)
+    hedge, tail = choice(rng, _HEDGE), choice(rng, _HEDGE_TAIL)
+    marker = choice(rng, _EXPLICIT if persona.clarity == "explicit" else _BURIED)
     if persona.verbosity == "terse":
         opener = close = ""  # a terse user skips the pleasantries (and the grumbles)
     if persona.hedging != "none" and request:
-        request = f"{hedge} {_lower_first(request)}"
+        request = f"{hedge} {lower_first(request)}"
     parts = [opener]
     if persona.verbosity == "verbose":
         parts.append(context)
@@ -288,15 +277,15 @@ def persona_words(
     late = ""
     if change:
         if persona.clarity == "explicit":
-            parts.append(marker.format(c=_lower_first(change)))
+            parts.append(marker.format(c=lower_first(change)))
         elif persona.clarity == "buried":
-            late = marker.format(c=_lower_first(change))
+            late = marker.format(c=lower_first(change))
         else:
             parts.append(change)
     parts += [close, late]
     if persona.hedging == "heavy":
         parts.append(tail)
-    return _join(parts)
+    return sentences(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,8 +360,8 @@ class CompositeRenderer(Renderer):
         refine = ""
         if req.relation == "refinement":
             if req.change == "modify" and req.old is not None and req.new is not None:
-                old = _lower_first(_pick(rng, req.old.phrasings()))
-                refine, note = f"{_pick(rng, req.new.phrasings())} rather than {old}", None  # the opening states it
+                old = lower_first(choice(rng, req.old.phrasings()))
+                refine, note = f"{choice(rng, req.new.phrasings())} rather than {old}", None  # the opening states it
             else:
                 refine = "take the following change into account" if note else "write it more carefully"
         text = word_turn(

@@ -13,7 +13,7 @@ move, per change and per constraint id.
 `LLMRenderer` asks a user model to write the message in the episode's user style, then checks the
 draft. `checks="rules"` (default, EvolIF's): the key values of every constraint the turn states
 (keyword, number, emoji, letter, mode, format) must appear in the text, a rule check with no model
-call (`unstated`); when the topic changes the user model also answers whether the message points
+call (`ifgym.core.unstated`); when the topic changes the user model also answers whether the message points
 to the topic with a concrete clue. `checks="model"` (ifgym/EvolIF-v0's): the user model answers
 whether every draft is on topic and asks for each stated constraint. A failed or unparseable check
 triggers a regeneration, up to `k` of them; after that the template text is used and the fallback
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
-from ifgym.core.catalog import FORMAT_NAMES
-from ifgym.core.constraints import Constraint
-from ifgym.core.wording import a, and_list, quote, times
+from ifgym.core.constraints import Constraint, unstated
+from ifgym.core.sampling import choice
+from ifgym.core.wording import a, and_list
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import ChatClient, Conversation, aconverse, converse
 from ifgym.simulators.assets_io import Style, Topic
@@ -49,7 +49,6 @@ __all__ = [
     "RenderResult",
     "Renderer",
     "TemplateRenderer",
-    "unstated",
 ]
 
 Message = dict[str, str]
@@ -109,138 +108,6 @@ class Renderer(ABC):
     @abstractmethod
     def reset_stats(self) -> None:
         """Zero the counters (the simulator calls this at the start of each episode)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Is a constraint stated? The key values a message must contain (EvolIF checks each synthesised
-# query this way before using it: a rule, no model call).
-# ---------------------------------------------------------------------------------------------
-
-_NUMBER_NAMES = (
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-)
-_TIMES_NAMES = {1: ("once",), 2: ("twice",), 3: ("thrice",)}
-_AMBIGUOUS_LETTERS = frozenset("ai")  # "a" and "I" stand alone in ordinary English
-_CASE_WORDS = {"case.upper": ("upper", "capital", "caps"), "case.lower": ("lower",)}
-_AGE_WORDS = {
-    "child": ("child", "kid"),
-    "youth": ("youth", "teen", "adolescent", "high-school", "high school"),
-    "adult": ("adult", "grown-up", "grown up"),
-    "senior": ("senior", "elder", "older", "retire"),
-}
-_MARK_WORDS = {
-    ".": ("period", "full stop"),
-    ",": ("comma",),
-    ":": ("colon",),
-    ";": ("semicolon",),
-    "!": ("exclamation",),
-    "?": ("question mark",),
-}
-
-
-def _word(text: str, word: str) -> bool:
-    """`word` starts a word of `text` (case-insensitive): "formal" is in "formally", not in "informal"."""
-    return re.search(r"(?<![^\W_])" + re.escape(word.casefold()), text.casefold()) is not None
-
-
-def _number(text: str, n: int) -> bool:
-    digits = re.sub(r"(?<=\d)[,\u202f\u00a0](?=\d{3}\b)", "", text)  # 1,200 -> 1200
-    if re.search(rf"(?<![\d.]){n}(?!\d)", digits):
-        return True
-    names = (_NUMBER_NAMES[n],) if n < len(_NUMBER_NAMES) else ()
-    return any(re.search(rf"(?<![^\W_]){w}(?![^\W_])", text, re.IGNORECASE) for w in names)
-
-
-def _times_stated(text: str, n: int) -> bool:
-    return _number(text, n) or any(_word(text, w) for w in _TIMES_NAMES.get(n, ()))
-
-
-def _letter(text: str, letter: str) -> bool:
-    """The letter named as a letter: quoted, after the word "letter", or (not a/i) standing alone."""
-    x = re.escape(letter)
-    quoted = rf"[\"'“‘«「]{x}[\"'”’»」]|letter\s+{x}(?![^\W_])"
-    if re.search(quoted, text, re.IGNORECASE):
-        return True
-    return letter.lower() not in _AMBIGUOUS_LETTERS and re.search(rf"(?<![^\W_]){x}(?![^\W_])", text, re.I) is not None
-
-
-def unstated(new: Constraint, text: str, old: Constraint | None = None) -> list[str]:
-    """What `text` leaves out of `new`: the key values a message stating it must contain.
-
-    The key values are the keyword(s), number, emoji, letter, quotation marks, mode or format name
-    (for a modify, `old` is the constraint replaced: of keyword counts and forbidden words only what
-    changed must appear). Matching is case-insensitive, words must start a word of the text ("art" is
-    not in "start"), numbers may be digits or words. Empty when everything is there. A rule check in
-    the spirit of EvolIF's query completeness check, somewhat stricter (a letter must be named as a
-    letter, a length its number).
-    """
-    p, cid, missing = new.params, new.id, []
-    before = old.params if old is not None and old.id == cid else {}
-    if cid.endswith(".letter"):
-        if not _letter(text, p["letter"]):
-            missing.append(f"the letter {quote(p['letter'].upper())}")
-    elif cid.endswith(".emoji"):
-        if p["emoji"] not in text:
-            missing.append(f"the emoji {p['emoji']}")
-    elif cid.endswith(".keyword"):
-        if not _word(text, p["keyword"]):
-            missing.append(f"the word {quote(p['keyword'])}")
-    elif cid.endswith(".quotation"):
-        missing += [f"the mark {quote(m)}" for m in (p["left"], p["right"]) if m not in text]
-    elif new.group == "format":
-        name = FORMAT_NAMES[cid.split(".")[1]]
-        if not _word(text, name):
-            missing.append(f"the format {name}")
-    elif cid in _CASE_WORDS:
-        if not any(_word(text, w) for w in _CASE_WORDS[cid]):
-            missing.append(f"the case ({'/'.join(_CASE_WORDS[cid])})")
-    elif cid == "case.upper_ratio":
-        if not _number(text, p["percent"]):
-            missing.append(f"the share {p['percent']}%")
-    elif new.group == "punctuation":
-        if p["mark"] not in text and not any(_word(text, w) for w in _MARK_WORDS.get(p["mark"], ())):
-            missing.append(f"the mark {quote(p['mark'])}")
-    elif cid == "bullets.count":
-        if not _number(text, p["n"]):
-            missing.append(f"the number of bullet points ({p['n']})")
-    elif new.group == "length":
-        if not _number(text, p["n"]):
-            missing.append(f"the number {p['n']}")
-    elif cid == "keywords.exact_count":
-        counts, was = p["counts"], before.get("counts", {})
-        for word, n in counts.items():
-            if was.get(word) == n:
-                continue  # unchanged by this modify
-            if not _word(text, word):
-                missing.append(f"the keyword {quote(word)}")
-            elif not _times_stated(text, n):
-                missing.append(f"how often {quote(word)} occurs ({times(n)})")
-    elif cid == "forbidden.words":
-        was = {w.casefold() for w in before.get("words", ())}
-        missing += [f"the word {quote(w)}" for w in p["words"] if w.casefold() not in was and not _word(text, w)]
-    elif cid == "emotion.tone":
-        if not _word(text, p["emotion"]):
-            missing.append(f"the tone {p['emotion']}")
-    elif cid == "style.register":
-        head = p["style"].split()[0]
-        if not _word(text, head):
-            missing.append(f"the style {p['style']}")
-    elif cid == "reader_age.audience":
-        if not any(_word(text, w) for w in _AGE_WORDS[p["age"]]):
-            missing.append(f"the audience ({p['age']})")
-    return missing
 
 
 def _sentence(clause: str) -> str:
@@ -348,7 +215,7 @@ class TemplateRenderer(Renderer):
         note = self.change_note(request, rng)
         if note:
             parts.append(note)
-        clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
+        clauses = [choice(rng, c.phrasings()) for c in request.constraints]
         if clauses:
             parts.append(self._requirements(clauses, rng, request.change is not None))
         return parts
@@ -357,18 +224,18 @@ class TemplateRenderer(Renderer):
         """A new topic: its request and constraints; a return: a cue and the change; else the change only."""
         if request.move == "new_topic":
             parts = [self._opening(request, rng)]
-            clauses = [_pick(rng, c.phrasings()) for c in request.constraints]
+            clauses = [choice(rng, c.phrasings()) for c in request.constraints]
             if len(clauses) > 2:
                 lines = [f"- {_sentence(c)}" for c in clauses]
-                parts.append(_pick(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
+                parts.append(choice(rng, _NEW_TOPIC_LIST_HEADS) + "\n" + "\n".join(lines))
             elif clauses:
-                parts.append(_pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
+                parts.append(choice(rng, _INLINE_HEADS).format(clauses=and_list(clauses)))
             return parts
         note = self.change_note(request, rng)
         if request.move == "return":
             return [self._opening(request, rng)] + ([note] if note else [])
-        lead = _pick(rng, _LEAD_CONTINUE)
-        return [p for p in (lead, note or _pick(rng, _AGAIN)) if p]
+        lead = choice(rng, _LEAD_CONTINUE)
+        return [p for p in (lead, note or choice(rng, _AGAIN)) if p]
 
     @staticmethod
     def _opening(request: RenderRequest, rng: np.random.Generator) -> str:
@@ -381,29 +248,29 @@ class TemplateRenderer(Renderer):
             table = _OPEN_CONTINUE
         # the focus word must not be one the user has forbidden
         focus = [k for k in request.topic.keywords if not (set(k.lower().split()) & request.forbidden_tokens)]
-        template = _pick(rng, table)
-        word = _pick(rng, focus) if focus else "the details"
+        template = choice(rng, table)
+        word = choice(rng, focus) if focus else "the details"
         return template.format(title=title, focus=word)
 
     @staticmethod
     def change_note(request: RenderRequest, rng: np.random.Generator) -> str | None:
         """The sentence stating the turn's change (add: the new rule; remove: the old; modify: old to new), or None."""
         if request.change == "add" and request.new is not None:
-            return _pick(rng, _NOTE_ADD).format(new=_pick(rng, request.new.phrasings()))
+            return choice(rng, _NOTE_ADD).format(new=choice(rng, request.new.phrasings()))
         if request.change == "remove" and request.old is not None:
-            return _pick(rng, _NOTE_REMOVE).format(old=_pick(rng, request.old.phrasings()))
+            return choice(rng, _NOTE_REMOVE).format(old=choice(rng, request.old.phrasings()))
         if request.change == "modify" and request.old is not None and request.new is not None:
-            old, new = _pick(rng, request.old.phrasings()), _pick(rng, request.new.phrasings())
-            return _sentence(_pick(rng, _NOTE_MODIFY).format(old=old, new=new))
+            old, new = choice(rng, request.old.phrasings()), choice(rng, request.new.phrasings())
+            return _sentence(choice(rng, _NOTE_MODIFY).format(old=old, new=new))
         return None
 
     @staticmethod
     def _requirements(clauses: list[str], rng: np.random.Generator, after_change: bool) -> str:
         # one or two rules read best inline; longer sets as a list the reader can tick off
         if len(clauses) <= 2 and rng.random() < 0.5:
-            head = _pick(rng, _INLINE_HEADS).format(clauses=and_list(clauses))
+            head = choice(rng, _INLINE_HEADS).format(clauses=and_list(clauses))
             return ("All together: " + head[:1].lower() + head[1:]) if after_change else head
-        head = _pick(rng, _LIST_HEADS)
+        head = choice(rng, _LIST_HEADS)
         if rng.random() < 0.5:
             lines = [f"- {_sentence(c)}" for c in clauses]
         else:
@@ -418,10 +285,6 @@ class TemplateRenderer(Renderer):
     def reset_stats(self) -> None:
         """Zero the counters."""
         self._renders = 0
-
-
-def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
-    return options[int(rng.integers(len(options)))]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ every room uses, with the one `ChatClient` protocol) are neutral (they use no ro
 nothing of `simulators/` (scoring does not depend on the user simulator); `policies/` nothing of
 `simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
 and `rewards/` nothing of `envs/` or `policies/`. The rules hold for everything a room reaches, not
-only its own import lines.
+only its own import lines. No room imports the root package `ifgym` (upward).
 """
 
 from __future__ import annotations
@@ -142,6 +142,16 @@ def test_rooms_reach_only_what_they_may(room):
         if any(in_room(target, banned) for banned in RULES[room])
     }
     assert not leaks, f"{room} reaches {sorted(leaks)[:10]}"
+
+
+def test_no_room_imports_the_root_package():
+    # the root package gathers the rooms and registers the env ids; a room importing it would point upward
+    # (importing any ifgym module runs the root __init__ first, so no room needs to name it to register)
+    graph, modules = import_graph(), package_modules()
+    in_a_room = {m for m, path in modules.items() if len(path.relative_to(ROOT).parts) > 1}
+    upward = sorted(m for m in in_a_room if "ifgym" in graph[m])
+    assert len(in_a_room) > 40
+    assert not upward, f"{upward} import the root package ifgym; import the module that holds the name instead"
 
 
 def test_find_cycle_finds_one():

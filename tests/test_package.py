@@ -62,6 +62,22 @@ def test_policies_import_nothing_from_the_ground_truth():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_loop_needs_none_of_the_optional_extras():
+    # wandb (logger=wandb) and scipy (ifgym compare's p-value) are extras: importing ifgym and playing
+    # an episode, scored and summarised, must not import them
+    code = (
+        "import sys, gymnasium as gym, ifgym\n"
+        "from ifgym.envs import rollout\n"
+        "from ifgym.policies import ScriptedPolicy\n"
+        "env = gym.make('ifgym/EvolIF-v1', max_turns=3)\n"
+        "episode = rollout(env, ScriptedPolicy(['Sure.']), seed=0)\n"
+        "env.unwrapped.summarize([episode])\n"
+        "print(sorted(m for m in ('wandb', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_wheel_installs_in_a_fresh_venv(tmp_path):
     # build from a copy: setuptools writes build/ and *.egg-info next to the sources
     src = tmp_path / "src"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 
@@ -10,7 +11,7 @@ from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.rewards.evolif_metrics import HEADLINE, summarize
-from ifgym.stats import CISettings, compare, intervals, metric_names
+from ifgym.stats import CISettings, cohen_kappa, compare, intervals, metric_names
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})
 
@@ -89,6 +90,12 @@ def test_compare_finds_a_known_difference():
     assert result["EDR_len"]["p_value"] == 1.0
 
 
+def test_compare_without_scipy_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # as if the compare extra were not installed
+    with pytest.raises(ConfigError, match=r"SciPy: pip install 'ifgym\[compare\]'"):
+        compare(run(4, 1), run(4, 2), summarize, ["CSR"], settings=CISettings(50))
+
+
 def test_compare_without_a_difference_is_not_significant():
     # the same share of passing dialogues, on different seeds of the pair: no real difference
     a, b = run(40, 2), run(40, 2, offset=1)
@@ -160,3 +167,28 @@ def test_summary_ratios_give_summarize_rows_values():
     summary = summarize_rows(rows)
     for metric, (numerators, denominators) in summary_ratios(rows).items():
         assert sum(numerators) / sum(denominators) == pytest.approx(summary[metric], abs=1e-12), metric
+
+
+# Cohen's kappa, each table computed by hand: kappa = (observed - chance) / (1 - chance).
+@pytest.mark.parametrize(
+    ("first", "second", "kappa"),
+    [
+        # observed 4/5; first 3 yes 2 no, second 2 yes 3 no: chance (3*2 + 2*3)/25 = 12/25 -> (8/25)/(13/25)
+        (["yes", "yes", "no", "no", "yes"], ["yes", "no", "no", "no", "yes"], 8 / 13),
+        # three labels: observed 2/4; chance (2*1 + 1*2 + 1*1)/16 = 5/16 -> (3/16)/(11/16)
+        (["yes", "no", "unknown", "yes"], ["yes", "no", "no", "unknown"], 3 / 11),
+        # always disagreeing on a balanced table: observed 0, chance 1/2 -> -1
+        (["yes", "no"], ["no", "yes"], -1.0),
+        # a label outside the labels is left out: the two pairs left agree, chance 1/2 -> 1
+        (["yes", "no", "maybe"], ["yes", "no", "yes"], 1.0),
+    ],
+)
+def test_cohen_kappa_on_hand_computed_tables(first, second, kappa):
+    assert cohen_kappa(first, second, labels=("yes", "no", "unknown")) == pytest.approx(kappa)
+
+
+def test_cohen_kappa_is_nan_where_undefined_and_refuses_unequal_lengths():
+    assert math.isnan(cohen_kappa(["yes", "yes"], ["yes", "yes"], labels=("yes", "no")))  # chance agreement 1
+    assert math.isnan(cohen_kappa([], [], labels=("yes", "no")))  # no pairs
+    with pytest.raises(ValueError, match="3 labels from the first rater, 2 from the second"):
+        cohen_kappa(["yes", "no", "yes"], ["yes", "no"], labels=("yes", "no"))

@@ -13,8 +13,8 @@ import pytest
 from support.canned_server import CannedServer
 from support.wandb_reader import inspect, offline_runs
 
-from ifgym.errors import UnknownNameError
-from ifgym.tracking import TRANSCRIPT_COLUMNS, api_key_configured, resolve_settings
+from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.tracking import TRANSCRIPT_COLUMNS, WandbLogger, api_key_configured, import_wandb, resolve_settings
 
 UNSET = {"project": None, "entity": None, "mode": None, "dir": None, "name": None, "group": None, "tags": None}
 NO_KEY = {"NETRC": "/nonexistent/netrc"}  # no API key anywhere: W&B would have nothing to log in with
@@ -200,3 +200,11 @@ def test_public_argv_shows_libraries_the_arguments_without_credentials_and_resto
     with public_argv():
         assert sys.argv == ["ifgym", "eval", "policy.llm.base_url=http://127.0.0.1:9/v1", "episodes=2"]
     assert sys.argv == argv
+
+
+def test_logger_wandb_without_wandb_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if the wandb extra were not installed
+    with pytest.raises(ConfigError, match=r"logger=wandb needs Weights & Biases: pip install 'ifgym\[wandb\]'"):
+        import_wandb()
+    with pytest.raises(ConfigError, match=r"ifgym\[wandb\]"):
+        WandbLogger({"dir": str(tmp_path)}, config={}, run_key="k", summarize=dict)

@@ -24,7 +24,7 @@ Sources of dialogues:
   reference answers (stage "prompts"), then one checklist-extraction call per turn (stage
   "checklist"); the structural items come from the flow. Rule-checkable requirements are sampled
   as in the offline generator and stated to the model, so they stay rule-checked; a user prompt
-  that does not state them (`unstated`, a cheap lexical check) is re-asked like any invalid
+  that does not state them (`ifgym.core.unstated`, a cheap lexical check) is re-asked like any invalid
   answer and counted. Each stage's answer is parsed with `json_repair` and validated; an unusable
   answer is re-asked with the reason, at most `max_retries` times, then the generation fails
   with GenerationError.
@@ -49,7 +49,7 @@ from ifgym.simulators.structflow.format import (
     parse_graphif_record,
     parse_record,
 )
-from ifgym.simulators.structflow.llm_generator import LLMDialogueGenerator, unstated
+from ifgym.simulators.structflow.llm_generator import LLMDialogueGenerator
 from ifgym.simulators.structflow.template_generator import TemplateDialogueGenerator, word_turn
 from ifgym.simulators.structflow.user import StructFlowUser
 
@@ -66,7 +66,6 @@ __all__ = [
     "load_dataset",
     "parse_dataset",
     "parse_graphif_record",
-    "unstated",
     "word_turn",
     "parse_record",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -11,8 +10,7 @@ from typing import Any
 import numpy as np
 
 from ifgym.answers import json_object
-from ifgym.core import ChecklistItem
-from ifgym.core.constraints import Constraint
+from ifgym.core import ChecklistItem, unstated
 from ifgym.core.structflow import (
     FLOW_RELATIONS,
     INTRA_TYPES,
@@ -36,112 +34,6 @@ logger = logging.getLogger(__name__)
 
 class _Invalid(Exception):
     """A stage's answer is unusable; the message says why (sent back to the model)."""
-
-
-# Does a user message state a requirement? A cheap lexical check of the "prompts" stage: the message
-# must contain the constraint's specifics (numbers as digits or words, words, marks, emoji) and, for
-# a constraint that is a kind rather than a value (a format, a case, a length unit), a word naming
-# the kind. It catches a requirement left out or stated with another value, not one turned around.
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty"
-).split()
-_TIMES_WORDS = {1: "once", 2: "twice", 3: "thrice"}
-_PROSE_MARKS = ".,:;!?'\"-()"  # so common in prose that only a quoted copy or the name counts
-_MARK_NAMES = {
-    ".": r"period|full stop|dot",
-    ",": r"comma",
-    ":": r"colon",
-    ";": r"semicolon",
-    "!": r"exclamation",
-    "?": r"question mark",
-    "'": r"apostrophe",
-    '"': r"quotation mark|double quote",
-    "-": r"hyphen|dash",
-    "(": r"parenthes[ie]s|bracket",
-    ")": r"parenthes[ie]s|bracket",
-    "~": r"tilde",
-    "&": r"ampersand",
-    "\u2026": r"ellipsis",
-    "\u2014": r"em dash|dash",
-    "\u2013": r"en dash|dash",
-}
-_KIND_CUES: dict[str, tuple[str, str]] = {  # constraint id -> (what is missing, pattern)
-    "case.lower": ("lowercase", r"lower\s*-?\s*case|small letters"),
-    "case.upper": ("capital letters", r"capital|upper\s*-?\s*case|\bcaps\b"),
-    "case.upper_ratio": ("a percentage", r"%|percent"),
-    "bullets.count": ("bullet points", r"bullet|point|item"),
-    "length.words": ("words", r"\bwords?\b"),
-    "length.sentences": ("sentences", r"\bsentences?\b"),
-    "length.characters": ("characters", r"\bchar(?:acter)?s?\b"),
-    "length.paragraphs": ("paragraphs", r"\bparagraphs?\b"),
-    "format.json": ("JSON", r"\bjson\b"),
-    "format.csv": ("CSV", r"\bcsv\b|comma[- ]separated"),
-    "format.html": ("HTML", r"\bhtml\b"),
-    "format.xml": ("XML", r"\bxml\b"),
-    "format.markdown": ("Markdown", r"markdown"),
-}
-_SKIP_PARAMS = ("relation",)  # less_than / more_than / exactly: said in too many ways to check by words
-
-
-def _number_cue(n: int) -> str:
-    forms = [rf"(?<![\d.,]){n}(?![\d])"] + ([rf"(?<![\d.,]){n:,}(?![\d])"] if n >= 1000 else [])
-    words = [w for w in (_NUMBER_WORDS[n] if 0 <= n < len(_NUMBER_WORDS) else None, _TIMES_WORDS.get(n)) if w]
-    return "|".join(forms + [rf"\b{w}\b" for w in words])
-
-
-def _text_cue(value: str) -> str:
-    text = value.replace("\ufe0f", "").strip()
-    if len(text) == 1 and text.isalpha():  # a letter: quoted, or named as one ("the letter T", "letter is W")
-        letter = re.escape(text)
-        quoted = rf"[\"'\u201c\u2018]{letter}[\"'\u201d\u2019]"
-        return rf"{quoted}|\bletter\b(?:\s+\w+){{0,3}}?\s+[\"'\u201c\u2018]?{letter}(?![^\W\d_])"
-    body = r"[\s\-]+".join(re.escape(part) for part in text.split())  # "hand drawn" = "hand-drawn"
-    before = r"(?<!\w)" if text[:1].isalnum() else ""
-    after = r"(?!\w)" if text[-1:].isalnum() else ""
-    return before + body + after
-
-
-def _mark_cue(mark: str) -> str:
-    quoted = rf"[\"'\u201c\u2018\u00ab(\[]\s*{re.escape(mark)}\s*[\"'\u201d\u2019\u00bb)\]]"
-    names = _MARK_NAMES.get(mark)
-    bare = re.escape(mark) if mark not in _PROSE_MARKS else None
-    return "|".join(p for p in (quoted, names, bare) if p)
-
-
-def _param_cues(key: str, value: Any) -> list[tuple[str, str]]:
-    if key in _SKIP_PARAMS or isinstance(value, bool) or value is None:
-        return []
-    if key == "mark" and isinstance(value, str):
-        return [(repr(value), _mark_cue(value))]
-    if isinstance(value, int):
-        return [(str(value), _number_cue(value))]
-    if isinstance(value, float):
-        return [(f"{value:g}", _number_cue(int(value)) if value.is_integer() else re.escape(f"{value:g}"))]
-    if isinstance(value, str):
-        return [(repr(value), _text_cue(value))] if value.strip() else []
-    if isinstance(value, Mapping):
-        return [cue for k, v in value.items() for cue in (*_param_cues(key, str(k)), *_param_cues(key, v))]
-    if isinstance(value, (list, tuple)):
-        return [cue for v in value for cue in _param_cues(key, v)]
-    return []
-
-
-def unstated(constraint: Constraint, text: str) -> list[str]:
-    """What a user message leaves out of `constraint` (empty when it states it), by a cheap lexical check.
-
-    The message must mention each of the constraint's values (numbers as digits or words, keywords,
-    letters, punctuation marks quoted or by name, emoji) and, for a format, a case or a length, a
-    word naming it. It cannot tell a requirement stated the wrong way round ("under" for "over").
-    """
-    cues = [cue for key, value in constraint.params.items() for cue in _param_cues(key, value)]
-    if constraint.id in _KIND_CUES:
-        cues.append(_KIND_CUES[constraint.id])
-    if not cues:  # a kind we have no cue for and no values: its name's last part, e.g. "yaml"
-        name = constraint.id.rsplit(".", 1)[-1].replace("_", " ")
-        cues.append((repr(name), _text_cue(name)))
-    clean = text.replace("\ufe0f", "")
-    return [label for label, pattern in cues if not re.search(pattern, clean, re.IGNORECASE)]
 
 
 def _relations_text() -> str:

@@ -14,6 +14,7 @@ from ifgym.core.sampling import (
     Ranges,
     SampleContext,
     change_one,
+    choice,
     forbidden_tokens,
     required_tokens,
     sample_compatible,
@@ -47,10 +48,6 @@ class TurnPlan:
 def child_rng(rng: np.random.Generator) -> np.random.Generator:
     """A generator seeded by one draw of `rng`, so that what it draws does not shift the rest."""
     return np.random.default_rng(int(rng.integers(0, 2**63 - 1)))
-
-
-def _choice(rng: np.random.Generator, options: Sequence[Any]) -> Any:
-    return options[int(rng.integers(len(options)))]
 
 
 class _Planner:
@@ -102,7 +99,7 @@ class _Planner:
             pool = focus_pool.setdefault(
                 topic.id, [topic.keywords[int(i)] for i in rng.permutation(len(topic.keywords))]
             )
-            return pool.pop() if pool else _choice(rng, topic.keywords)
+            return pool.pop() if pool else choice(rng, topic.keywords)
 
         plans: list[TurnPlan] = []
         draws: list[np.random.Generator] = []  # the rng each turn's constraints were drawn from; a refinement goes on

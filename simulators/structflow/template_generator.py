@@ -8,15 +8,17 @@ from typing import Any
 import numpy as np
 
 from ifgym.core.constraints import Constraint
+from ifgym.core.sampling import choice
 from ifgym.core.structflow import (
     USER_TYPES,
     Flow,
     constraint_item,
     turn_name,
 )
+from ifgym.core.wording import and_list, lower_first
 from ifgym.simulators.assets_io import Topic
 from ifgym.simulators.structflow.format import Dialogue, DialogueTurn, TaskType
-from ifgym.simulators.structflow.planner import GeneratorBase, TurnPlan, _choice, child_rng
+from ifgym.simulators.structflow.planner import GeneratorBase, TurnPlan, child_rng
 
 # ---------------------------------------------------------------------------------------------
 # The offline generator
@@ -33,10 +35,6 @@ def _answers_ref(turns: Sequence[int]) -> str:
     names = [_ORDINALS[t] if t < len(_ORDINALS) else f"#{t + 1}" for t in turns]
     joined = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return f"your {joined} answers"
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
 
 
 # Openings per relation, (professional, non-professional). Placeholders: {title} {focus} {src} {srcs} {change}.
@@ -93,11 +91,6 @@ _RULES = (
 _NO_CHANGE = ("write it more carefully", "do it better")
 
 
-def _join(clauses: Sequence[str]) -> str:
-    clauses = list(clauses)
-    return clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
-
-
 class TemplateDialogueGenerator(GeneratorBase):
     """Offline StructFlow dialogues: template × topic × task × user type, rule-checkable intra-turn items.
 
@@ -150,9 +143,9 @@ class TemplateDialogueGenerator(GeneratorBase):
         if relation == "refinement":
             if new is not None and old is not None:
                 # phrasings are bare infinitives ("stay below 8 sentences"), which "rather than" takes as they are
-                change = f"{_choice(rng, new.phrasings())} rather than {_lower_first(_choice(rng, old.phrasings()))}"
+                change = f"{choice(rng, new.phrasings())} rather than {lower_first(choice(rng, old.phrasings()))}"
             elif new is not None:
-                change = _choice(rng, new.phrasings())
+                change = choice(rng, new.phrasings())
             else:
                 change = _NO_CHANGE[voice]
         return word_turn(
@@ -189,18 +182,18 @@ def word_turn(
     title = topic.title.strip().rstrip(".?!")
     fields = {
         "title": title,
-        "title_lc": _lower_first(title),
+        "title_lc": lower_first(title),
         "focus": focus,
         "src": _answer_ref(sources[0]) if sources else "",
         "srcs": _answers_ref(sources) if sources else "",
         "change": change,
     }
-    parts = [_choice(rng, _OPENINGS[relation][voice]).format(**fields)]
+    parts = [choice(rng, _OPENINGS[relation][voice]).format(**fields)]
     if relation in ("start", "unrelatedness") and task is not None:
         parts.append(task.framing[voice].format(domain=topic.domain))
-    clauses = [_choice(rng, c.phrasings()) for c in rules]
+    clauses = [choice(rng, c.phrasings()) for c in rules]
     if clauses:
-        parts.append(_choice(rng, _RULES[voice]).format(clauses=_join(clauses)))
+        parts.append(choice(rng, _RULES[voice]).format(clauses=and_list(clauses)))
     if voice == 0:
         text = " ".join(parts)
         return text[:1].upper() + text[1:]

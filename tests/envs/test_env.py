@@ -186,7 +186,7 @@ def test_llm_judge_scores_judged_constraints_through_the_client():
 
 def test_replay_plays_an_evolif_dialogue_file_as_the_script():
 
-    from ifgym.rewards import from_evolif
+    from ifgym.core.evolif import from_evolif
 
     path = DATA / "evolif_dialogue.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

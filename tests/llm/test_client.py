@@ -193,7 +193,7 @@ def test_retry_after_is_read_in_seconds_milliseconds_or_as_a_date():
 
 
 def test_sync_calls_count_in_the_callers_episode_and_survive_close():
-    from ifgym.llm import count_episode_usage
+    from ifgym.llm.conversation import count_episode_usage
 
     before = set(threading.enumerate())
     with CannedServer(faults=[(500, {"retry-after-ms": "10"})], replies=["one", "two"]) as srv:

@@ -13,16 +13,15 @@ from pathlib import Path
 import pytest
 
 from ifgym.errors import BackendError, ConfigError
-from ifgym.llm import (
-    LLAMA_CPP_INSTALL,
+from ifgym.llm import make_client
+from ifgym.llm.embedded import LLAMA_CPP_INSTALL, EmbeddedBackend
+from ifgym.llm.models import (
     QWEN_FILE,
     QWEN_SIZE,
-    EmbeddedBackend,
     default_cache_dir,
     ensure_qwen_model,
     join_parts,
     locate_parts,
-    make_client,
     resolve_embedded_model,
     smollm2_model_path,
 )

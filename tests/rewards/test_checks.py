@@ -15,9 +15,11 @@ import gymnasium as gym
 import pytest
 
 import ifgym  # noqa: F401
+from ifgym.core import Constraint
 from ifgym.core.constraints import REGISTRY
+from ifgym.core.evolif import from_evolif
 from ifgym.errors import UnknownNameError
-from ifgym.rewards import SEMANTICS, Constraint, EvolIFScorer, check, from_evolif
+from ifgym.rewards import SEMANTICS, EvolIFScorer, check
 
 FENCED_MD_BULLETS = "```markdown\n- one\n- two\n```"
 

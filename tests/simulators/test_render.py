@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from support.canned_user import all_yes, call_kind, requirement_count, scripted_user_model
 
-from ifgym.core import Verdict
+from ifgym.core import Verdict, unstated
 from ifgym.core.catalog import NATURAL_QUOTATION_PAIRS
 from ifgym.core.constraints import REGISTRY, Constraint
 from ifgym.core.sampling import forbidden_tokens
@@ -23,7 +23,6 @@ from ifgym.simulators.render import (
     RenderRequest,
     TemplateRenderer,
     parse_checklist,
-    unstated,
 )
 
 TOPIC = Topic("t1", "Explain how tides work", "science", ("moon", "gravity", "ocean", "tide table"))

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from support.canned_server import CannedServer
 
 import ifgym
+from ifgym.core import unstated
 from ifgym.core.constraints import Constraint, conflicts
 from ifgym.core.structflow import STRUCTURAL_TYPES
 from ifgym.envs.rollout import rollout
@@ -40,7 +41,6 @@ from ifgym.simulators.structflow import (
     load_dataset,
     parse_dataset,
     parse_record,
-    unstated,
 )
 
 # StructFlowBench's released file, as it ships in the package.
@@ -441,20 +441,28 @@ C_LETTER = Constraint("start_with.letter", {"letter": "t"})
 @pytest.mark.parametrize(
     "constraint, text, missing",
     [
-        (C_WORDS, "keep it under a hundred and thirty-seven words", ["137"]),  # the number must be given exactly
-        (C_WORDS, "keep it under 1370 words", ["137"]),  # a longer number is another number
-        (C_WORDS, "keep it short, 137 max", ["words"]),  # a length needs its unit
+        (
+            C_WORDS,
+            "keep it under a hundred and thirty-seven words",
+            ["the number 137"],
+        ),  # the number must be given exactly
+        (C_WORDS, "keep it under 1370 words", ["the number 137"]),  # a longer number is another number
+        (C_WORDS, "keep it short, 137 max", ["the unit (words)"]),  # a length needs its unit
         (C_KEYS, "say hand-drawn twice and server once", []),  # hyphen for space, counts as words
-        (C_KEYS, "say hand drawn twice and servers once", ["'server'"]),  # a plural is another word
+        (C_KEYS, "say hand drawn twice and servers once", ["the keyword “server”"]),  # a plural is another word
         (C_MARK, "avoid commas", []),  # a prose mark by its name
-        (C_MARK, "no punctuation like that, please", ["','"]),  # a bare comma in the text is not the requirement
+        (
+            C_MARK,
+            "no punctuation like that, please",
+            ["the mark “,”"],
+        ),  # a bare comma in the text is not the requirement
         (C_MARK, 'do not use "," at all', []),  # or quoted
         (C_LETTER, "start with the letter T", []),
-        (C_LETTER, "start with the letter that opens the topic", ["'t'"]),  # a t inside words does not count
+        (C_LETTER, "start with the letter that opens the topic", ["the letter “T”"]),  # a t inside words does not count
         (Constraint("start_with.emoji", {"emoji": "\u2764\ufe0f"}), "open with \u2764 pls", []),  # variation selector
         (Constraint("format.json", {}), "answer in Json", []),
         (Constraint("case.lower", {}), "write it all in small letters", []),
-        (Constraint("case.lower", {}), "write it all in capitals", ["lowercase"]),
+        (Constraint("case.lower", {}), "write it all in capitals", ["the case (lower/small letters)"]),
     ],
 )
 def test_unstated_table(constraint, text, missing):
