@@ -59,6 +59,29 @@ def protocol_lines(protocol: dict[str, Any]) -> list[str]:
     return lines
 
 
+def policy_protocol_lines(policy: dict[str, Any] | None, env_protocol: dict[str, Any] | None = None) -> list[str]:
+    """The policy's setup (a wrapper's `protocol()`): its name, then each way it differs from its paper's.
+
+    Env settings the paper's runs use (`policy["env"]`) that the env's protocol shows with another
+    value are deviations too (e.g. GraphIF's own-context replay run with golden context).
+    """
+    if not policy:
+        return []
+    deviations = list(policy.get("deviations", []))
+    for key, wanted in (policy.get("env") or {}).items():
+        value = (env_protocol or {}).get(key)
+        if value is not None and value != wanted:
+            deviations.append(f"env.{key}={value}: {policy.get('paper')}'s runs use env.{key}={wanted}")
+    lines = [f"policy: {policy.get('name')}"]
+    paper = policy.get("paper")
+    if deviations:
+        lines.append(f"not {paper}'s setup:" if paper else "differs from the paper's setup:")
+        lines += [f"  - {d}" for d in deviations]
+    elif paper:
+        lines.append(f"{paper}'s setup")
+    return lines
+
+
 def _model(run: dict[str, Any], role: str) -> str | None:
     """`model (backend host)` of a role in a run's summary, or None when the run has no client for it."""
     info = run.get("models", {}).get(role)
@@ -124,6 +147,7 @@ def results_table(summary: dict[str, Any]) -> str:
             columns.append((columns[1][0], 4))
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
     lines = protocol_lines(summary.get("protocol", {}))
+    lines += policy_protocol_lines(summary.get("policy_protocol"), summary.get("protocol"))
     lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
     lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),

@@ -101,6 +101,7 @@ class StructFlowEnv(ChatEnv):
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
     | `judge_rule_items` | `False` | True: the judge answers every item, rule-decidable ones too (the benchmark's way) |
+    | `judge_golden` | `False` | True: the judge sees the turn's reference answer, if any (GraphIF's evaluator) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
     | `templates` | `None` | structure templates: `"structflowbench"` (packaged) or a path; None = ifgym's own |
@@ -135,6 +136,7 @@ class StructFlowEnv(ChatEnv):
         user_llm: Any = None,
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_rule_items: bool = False,
+        judge_golden: bool = False,
         judge_max_retries: int = 2,
         judge_max_tokens: int | None = None,
         templates: str | Path | None = None,
@@ -167,8 +169,10 @@ class StructFlowEnv(ChatEnv):
         if context is not None:
             UnknownNameError.check(("context", context, CONTEXTS))
         rubric = VerdictRubric(reward, reward_weights, patience)
-        if not isinstance(allow_unjudged, bool):
-            raise ConfigError(f"allow_unjudged must be True or False, got {allow_unjudged!r}")
+        for name, value in (("allow_unjudged", allow_unjudged), ("judge_golden", judge_golden)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be True or False, got {value!r}")
+        self.judge_golden = judge_golden
         if env_name:
             self.env_name = env_name
         if dataset is not None:
@@ -230,7 +234,7 @@ class StructFlowEnv(ChatEnv):
         )
         super().__init__(
             user=user,
-            scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items),
+            scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items, judge_golden=judge_golden),
             rubric=rubric,
             max_turns=max_turns,
             system_prompt=system_prompt,
@@ -243,6 +247,15 @@ class StructFlowEnv(ChatEnv):
         if self.replayed and seed is not None and not (options and "dialogue" in options):
             return {**(options or {}), "dialogue": seed % self.replayed}
         return options
+
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings: the dataset, the history (golden or own), whether the judge sees the reference answer."""
+        return {
+            **super().protocol(),
+            "dataset": self.dataset,
+            "context": self.context,
+            "judge_golden": self.judge_golden,
+        }
 
     def _record_start(self) -> None:
         self._episode.meta["dialogue"] = {**self.user.episode_meta(), "context": self.context}

@@ -346,6 +346,20 @@ class WrapperPolicy(Policy):
         """The wrapper's settings, for logs."""
         return {"policy": type(self).__name__}
 
+    def protocol(self) -> dict[str, Any]:
+        """The setup as the results table names it: `name`, the `paper` it follows, `deviations`, `env`.
+
+        `deviations` lists in words each way the setup differs from that paper's; `env` holds the
+        env settings the paper's runs use (e.g. `{"context": "own"}`), which the report compares
+        with the env's protocol. A wrapper that follows no paper keeps this default.
+        """
+        return {
+            "name": str(self.describe().get("policy", type(self).__name__)),
+            "paper": None,
+            "deviations": [],
+            "env": {},
+        }
+
     def episode_record(self) -> dict[str, Any]:
         """What this episode leaves to inspect: settings, per-turn costs, counters of defaults taken (plain JSON)."""
         return {
