@@ -76,6 +76,17 @@ OPERATIONAL_KEYS = (
 SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
 
+# Settings added after runs existed, with their defaults: left out of the run key at that default, so runs from
+# before them keep their key (and folder); another value is part of it.
+ADDED_SETTINGS: tuple[tuple[tuple[str, ...], Any], ...] = (
+    (("policy", "graphif", "graph_prompt"), True),
+    (("policy", "graphif", "summary"), False),
+    (("policy", "graphif", "rewrite_format"), "json"),
+    (("policy", "self_refine"), {"rounds": 1}),
+    (("env", "judge_golden"), False),
+)
+
+
 def run_key(cfg: Mapping[str, Any]) -> str:
     """Hash of what defines the episodes: the env, policy and judge settings, less operational LLM keys."""
 
@@ -88,6 +99,13 @@ def run_key(cfg: Mapping[str, Any]) -> str:
         return node
 
     keep = {k: strip(cfg[k]) for k in ("env", "policy", "judge")}
+    for path, default in ADDED_SETTINGS:  # at its default, a setting added later is left out too
+        *parents, last = path
+        node = keep
+        for part in parents:
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if isinstance(node, dict) and node.get(last, default) == default:
+            node.pop(last, None)
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -232,3 +232,22 @@ def test_extra_request_fields_from_the_command_line_reach_the_server_and_the_run
     for llm in (before["policy"]["llm"], before["policy"]["light_llm"], before["judge"]["llm"]):
         del llm["extra"]
     assert key(["++policy.llm.extra.top_k=20"]) != key([]) == run_key(before)
+
+
+def test_settings_added_later_keep_earlier_run_keys_at_their_defaults():
+    from ifgym.records import ADDED_SETTINGS
+
+    def key(overrides):
+        return run_key(OmegaConf.to_container(compose(overrides), resolve=True))
+
+    for env in ("evolif", "structflow"):
+        before = OmegaConf.to_container(compose([f"env={env}"]), resolve=True)  # as a run from before them
+        for (group, *path), _ in ADDED_SETTINGS:
+            node = before[group]
+            for part in path[:-1]:
+                node = node[part]
+            node.pop(path[-1], None)
+        assert key([f"env={env}"]) == run_key(before)
+    changed = ["policy.graphif.summary=true", "policy.graphif.graph_prompt=false", "policy.self_refine.rounds=2"]
+    assert len({key([o]) for o in changed} | {key([])}) == 4
+    assert key(["env=structflow", "env.judge_golden=true"]) != key(["env=structflow"])
