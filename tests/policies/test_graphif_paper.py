@@ -423,3 +423,37 @@ def test_self_refine_calls_per_turn(feedback, rounds, calls, reply):
     assert len(second_turn) == calls // 2 and "Draft answer:\ndraft answer" in second_turn[0]
     assert all("Draft answer:\nrevised answer" in p for p in second_turn[1:])  # a later round critiques the revision
     assert policy.protocol()["name"].startswith("Self-Refine")
+
+
+# -- the benchmark ------------------------------------------------------------------------------------------
+
+
+def test_wrappers_paper_benchmark_puts_every_policy_in_one_table(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "wrappers_paper.py"
+    spec = importlib.util.spec_from_file_location("bench_wrappers_paper", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = bench.main(["--lengths", "4", "--episodes", "1", "--json", str(tmp_path / "b.json")])
+    rows = {name: by_length[4] for name, by_length in out["results"].items()}
+    assert set(rows) == {
+        "full history",
+        "truncation k=4",
+        "context-agent",
+        "graphif (paper)",
+        "graphif w/o agent",
+        "graphif w/o graph prompt",
+        "self-refine",
+    }
+    assert out["same_episodes"] is True and json.loads((tmp_path / "b.json").read_text())["same_episodes"] is True
+    # the stand-in light model finds one relation a turn: 2 + 1 (summary) + 2 light calls, draft and rewrite
+    assert rows["graphif (paper)"]["calls"] == rows["graphif w/o graph prompt"]["calls"] == 7.0
+    assert rows["graphif w/o agent"]["calls"] == 4.0 and rows["self-refine"]["calls"] == 3.0
+    assert rows["full history"]["calls"] == rows["truncation k=4"]["calls"] == 1.0
+    # the rewrites return the draft, so every policy but the window and the trees sends the full transcript
+    for name in ("graphif (paper)", "graphif w/o agent", "self-refine"):
+        assert rows[name]["ACT"] == rows["full history"]["ACT"] and rows[name]["rewrite_tokens"] > 0
+    assert rows["graphif w/o graph prompt"]["rewrite_tokens"] < rows["graphif (paper)"]["rewrite_tokens"]
+    assert "graphif w/o graph prompt" in capsys.readouterr().out
