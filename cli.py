@@ -1410,6 +1410,8 @@ def rescore_run(args: list[str]) -> int:
     env = make_env()
     judge_record = audit_judge(env.unwrapped, resolved["judge"], progress=resolved["progress"])
     record = RunRecord(job.folder, config=resolved, key=job.key, command=["ifgym", "rescore", *args])
+    if source.get("policy_protocol"):  # the replies are the source run's: so is the policy's setup
+        record.data["policy_protocol"] = source["policy_protocol"]
     record.start(clients)
     semantics = (
         resolved["env"].get("checker_semantics", "ifgym"),

@@ -408,8 +408,8 @@ draft against each requirement in a few lines; keep what it already does right a
 requirement needs. Then write the line "{FINAL_RESPONSE}" and, after it, the complete revised answer exactly \
 as the user should see it, with nothing after it."""
 
-SUMMARY_SYSTEM = """Summarize one exchange of a conversation (the user's request and the assistant's answer) \
-in one or two sentences: what was asked, what was answered, and any rule the user set for later answers.
+SUMMARY_SYSTEM = """Write a one- or two-sentence summary of one turn of a conversation (the user's request and \
+the assistant's answer): what was asked, what was answered, and any rule the user set for later answers.
 Answer with JSON only: {"summary": "<one or two sentences>"}"""
 
 
