@@ -28,8 +28,9 @@ def cli(*args, env=None):
 def test_help_lists_commands_and_groups(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    assert (
-        "eval" in out and "policy={context_agent, embedded, graphif, openai, scripted, transformers, truncation}" in out
+    assert "eval" in out and (
+        "policy={context_agent, embedded, graphif, graphif_paper, openai, scripted, self_refine, transformers, "
+        "truncation}" in out
     )
     assert "trainer={cpu_start_with, grpo, smoke}" in out and "train [FLAGS]" in out
     assert (
