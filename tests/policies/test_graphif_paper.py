@@ -425,6 +425,21 @@ def test_self_refine_calls_per_turn(feedback, rounds, calls, reply):
     assert policy.protocol()["name"].startswith("Self-Refine")
 
 
+def test_the_baselines_name_themselves_on_the_results_table():
+    from ifgym.policies import ScriptedPolicy, Truncation
+
+    assert Truncation(ScriptedPolicy(["x"]), k=None).protocol()["name"] == "full history"
+    assert Truncation(ScriptedPolicy(["x"]), k=4).protocol() == {
+        "name": "truncation (k=4)",
+        "paper": None,
+        "deviations": [],
+        "env": {},
+    }
+    assert policy_protocol_lines(SelfRefine(ScriptedPolicy(["x"]), rounds=2).protocol()) == [
+        "policy: Self-Refine (2 rounds)"
+    ]
+
+
 # -- the benchmark ------------------------------------------------------------------------------------------
 
 
