@@ -9,7 +9,7 @@ Per user turn:
    an earlier one), each located at the earlier turn(s) it links to. Three ways to extract:
 
    - `"fast"` (default): one structured call returns the intention and every relation with its
-     turns: identification and location together;
+     turns: identification and location together (the paper's *w/o agent* ablation);
    - `"loop"`: the paper's agent loop: an intention call, then one call to identify the next
      relation (or *done*) given the notebook of what is already extracted, and one call to locate
      each identified relation: two light calls plus two per relation found;
