@@ -68,7 +68,8 @@ def policy_protocol_lines(policy: dict[str, Any] | None, env_protocol: dict[str,
     if not policy:
         return []
     deviations = list(policy.get("deviations", []))
-    for key, wanted in (policy.get("env") or {}).items():
+    same_paper = (env_protocol or {}).get("paper") == policy.get("paper")  # the env's own lines already say it
+    for key, wanted in ({} if same_paper else policy.get("env") or {}).items():
         value = (env_protocol or {}).get(key)
         if value is not None and value != wanted:
             deviations.append(f"env.{key}={value}: {policy.get('paper')}'s runs use env.{key}={wanted}")

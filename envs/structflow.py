@@ -220,6 +220,8 @@ class StructFlowEnv(ChatEnv):
                 llm = LLMDialogueGenerator(resolve_client(user_llm, "user"), **options)
                 user = StructFlowUser(generator=llm, fallback=offline)
         self.context = context
+        # GraphIF's 24-turn sets: the env's protocol compares the run with GraphIF's own replay of them
+        self.graphif_sets = dataset is not None and all(d.meta.get("format") == "graphif" for d in dialogues)
         self.replayed = len(dialogues) if dataset is not None else 0  # a replay picks dialogue seed % replayed
         self.dataset = str(dataset) if dataset is not None else None
         judge_obj = (
@@ -249,13 +251,35 @@ class StructFlowEnv(ChatEnv):
         return options
 
     def protocol(self) -> dict[str, Any]:
-        """The env's settings: the dataset, the history (golden or own), whether the judge sees the reference answer."""
-        return {
+        """The env's settings: the dataset, the history (golden or own), whether the judge sees the reference answer.
+
+        A replay of GraphIF's sets is compared with GraphIF's own evaluation: `paper` and `deviations`.
+        """
+        out = {
             **super().protocol(),
             "dataset": self.dataset,
             "context": self.context,
             "judge_golden": self.judge_golden,
         }
+        if self.graphif_sets:
+            deviations = [
+                "the judge is ifgym's checklist judge (StructFlowBench's prompt, one call per turn, unknown verdicts "
+                "counted), not GraphIF's evaluator",
+                "WCSR weighs structural items 2 and the others 1 (StructFlowBench's convention); GraphIF's scorer "
+                "weighs every type but lower-case instruction 2",
+            ]
+            if self.context != "own":
+                deviations.append(
+                    "context=golden: reference answers as history; GraphIF replays its sets with the model's own "
+                    "replies (env.context=own)"
+                )
+            if not self.judge_golden:
+                deviations.append(
+                    "judge_golden=false: the judge sees no reference answer; GraphIF's evaluator shows it "
+                    "(env.judge_golden=true)"
+                )
+            out.update(paper="GraphIF", deviations=deviations)
+        return out
 
     def _record_start(self) -> None:
         self._episode.meta["dialogue"] = {**self.user.episode_meta(), "context": self.context}
