@@ -68,9 +68,10 @@ commands:
 
 config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
-policy wrappers: policy={{truncation, graphif, context_agent}} wrap policy.base=chat|scripted|transformers (chat uses
-               policy.llm); graphif and context_agent call a light model at policy.light_llm
-               policy=context_agent_paper: Context-Agent with its paper's settings (summaries at policy.summary_llm)
+policy wrappers: policy={{truncation, graphif, context_agent, self_refine}} wrap policy.base=chat|scripted|transformers
+               (chat uses policy.llm); graphif and context_agent call a light model at policy.light_llm
+               policy=graphif_paper, context_agent_paper: each paper's settings (Context-Agent's summaries at
+               policy.summary_llm)
 """
 
 
@@ -324,7 +325,7 @@ def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
 def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
     """A factory of fresh policies (one per episode: policies keep per-episode state).
 
-    Wrapper kinds (truncation, graphif, context_agent) wrap a fresh base policy (`policy.base`:
+    Wrapper kinds (truncation, graphif, context_agent, self_refine) wrap a fresh base policy (`policy.base`:
     chat, scripted or transformers); graphif and context_agent share one light-model client (role "light").
     Context_agent's decision and summary models each default to the other: of `policy.light_llm` and
     `policy.summary_llm`, one left equal to `policy.llm` takes the other's settings; the summaries go
@@ -334,7 +335,7 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     records as the wrappers (calls, tokens, context tokens), so its calls/turn and ACT are reported.
     """
     from ifgym.errors import ConfigError, UnknownNameError
-    from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, ScriptedPolicy, Truncation
+    from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, ScriptedPolicy, SelfRefine, Truncation
     from ifgym.policies.embeddings import make_embedder
 
     kind = policy_cfg["kind"]
@@ -380,6 +381,10 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
         k = policy_cfg["truncation"]["k"]
         Truncation(make_base(), k=k)  # a bad k fails now, before any episode
         return lambda: Truncation(make_base(), k=k)
+    if kind == "self_refine":
+        rounds = policy_cfg["self_refine"]["rounds"]
+        SelfRefine(make_base(), rounds=rounds)  # a bad setting fails now, before any episode
+        return lambda: SelfRefine(make_base(), rounds=rounds)
     light_key, light_cfg = "policy.light_llm", policy_cfg["light_llm"]
     summary_cfg = policy_cfg.get("summary_llm") if kind == "context_agent" else None
     if summary_cfg is not None:  # a decision or summary model left as the backbone takes the other's settings
@@ -404,7 +409,7 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
 
 
 BASE_KINDS = ("chat", "scripted", "transformers")
-POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent")
+POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent", "self_refine")
 
 
 def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
@@ -673,6 +678,9 @@ def evaluate(
                 file=sys.stderr,
             )
             record.data["took_over"] = stale
+        setup = getattr(make_policy(), "protocol", None)  # a wrapper names its setup and its paper's differences
+        if callable(setup):
+            record.data["policy_protocol"] = setup()
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
             from ifgym.llm.client import model_place
@@ -905,8 +913,8 @@ def report_run(
     loose = env.summarize_rows(tally.loose, loose=True) if _has_loose(env) and finished else {}
     strict = env.summarize_rows(tally.strict) if finished else {}
     summary = {"protocol": env.protocol(), "strict": strict, "loose": loose}
-    if tally.policy_protocol is not None:  # a wrapper that follows a paper (Context-Agent): its differences
-        summary["policy_protocol"] = tally.policy_protocol
+    if record.data.get("policy_protocol"):  # a wrapper's setup and its paper's differences
+        summary["policy_protocol"] = record.data["policy_protocol"]
     summary["checker_semantics"] = semantics
     # every call of the run's episodes, from their records: earlier processes, Ray workers and retried failures too
     # (every role of the run is listed, one that made no call with zeros)
@@ -1406,6 +1414,8 @@ def merge_runs(args: list[str]) -> int:
     env = build_env(resolved["env"], resolved["judge"], {})().unwrapped
     record = RunRecord(folder, config=resolved, key=key, command=["ifgym", "merge", *args])
     record.data["models"] = first.get("models", {})
+    if first.get("policy_protocol"):
+        record.data["policy_protocol"] = first["policy_protocol"]
     record.data["merged"] = [p.name for _, p in shards]
     record.write()
     judge = next((s["judge"] for s in shard_summaries if "judge" in s), {"kind": resolved["judge"]["kind"]})
@@ -1454,6 +1464,8 @@ def rescore_run(args: list[str]) -> int:
     env = make_env()
     judge_record = audit_judge(env.unwrapped, resolved["judge"], progress=resolved["progress"])
     record = RunRecord(job.folder, config=resolved, key=job.key, command=["ifgym", "rescore", *args])
+    if source.get("policy_protocol"):  # the replies are the source run's: so is the policy's setup
+        record.data["policy_protocol"] = source["policy_protocol"]
     record.start(clients)
     semantics = (
         resolved["env"].get("checker_semantics", "ifgym"),

@@ -89,6 +89,11 @@ KEYS_ADDED_LATER = {
     "policy.context_agent.tree": True,
     "policy.context_agent.retrieval": True,
     "policy.context_agent.linear_k": None,
+    "policy.graphif.graph_prompt": True,  # GraphIF's paper preset and Self-Refine (issue 19)
+    "policy.graphif.summary": False,
+    "policy.graphif.rewrite_format": "json",
+    "policy.self_refine": {"rounds": 1},
+    "env.judge_golden": False,
 }
 
 

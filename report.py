@@ -59,24 +59,33 @@ def protocol_lines(protocol: dict[str, Any]) -> list[str]:
     return lines
 
 
-def policy_protocol_lines(protocol: dict[str, Any] | None) -> list[str]:
-    """A wrapper's settings on one line, then each way it differs from its paper's (a summary's `policy_protocol`)."""
-    if not protocol:
+def policy_protocol_lines(policy: dict[str, Any] | None, env_protocol: dict[str, Any] | None = None) -> list[str]:
+    """The policy's setup (a wrapper's `protocol()`): its name and settings, then each way it differs from its paper's.
+
+    Env settings the paper's runs use (`policy["env"]`) that the env's protocol shows with another
+    value are deviations too (e.g. GraphIF's own-context replay run with golden context).
+    """
+    if not policy:
         return []
-    shown = {
+    deviations = list(policy.get("deviations", []))
+    same_paper = (env_protocol or {}).get("paper") == policy.get("paper")  # the env's own lines already say it
+    for key, wanted in ({} if same_paper else policy.get("env") or {}).items():
+        value = (env_protocol or {}).get(key)
+        if value is not None and value != wanted:
+            deviations.append(f"env.{key}={value}: {policy.get('paper')}'s runs use env.{key}={wanted}")
+    settings = {
         k: v
-        for k, v in protocol.items()
-        if k not in ("policy", "paper", "deviations") and not isinstance(v, (dict, list)) and v is not None
+        for k, v in policy.items()
+        if k not in ("name", "paper", "deviations", "env") and v is not None and not isinstance(v, (dict, list))
     }
-    lines = [
-        f"policy protocol: {protocol.get('policy', '?')} (" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
-    ]
-    paper, deviations = protocol.get("paper"), protocol.get("deviations", [])
+    shown = " (" + ", ".join(f"{k}={v}" for k, v in settings.items()) + ")" if settings else ""
+    lines = [f"policy: {policy.get('name')}{shown}"]
+    paper = policy.get("paper")
     if deviations:
-        lines.append(f"not {paper}'s protocol:" if paper else "differs from the paper's protocol:")
+        lines.append(f"not {paper}'s setup:" if paper else "differs from the paper's setup:")
         lines += [f"  - {d}" for d in deviations]
     elif paper:
-        lines.append(f"{paper}'s protocol")
+        lines.append(f"{paper}'s setup")
     return lines
 
 
@@ -147,7 +156,7 @@ def results_table(summary: dict[str, Any]) -> str:
             columns.append((columns[1][0], 4))
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
     lines = protocol_lines(summary.get("protocol", {}))
-    lines += policy_protocol_lines(summary.get("policy_protocol"))
+    lines += policy_protocol_lines(summary.get("policy_protocol"), summary.get("protocol"))
     lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
     lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
@@ -270,8 +279,7 @@ class RunTally:
     had a patience value; `user_stats`: the user simulator's counters (renders, LLM fallbacks,
     regenerations …) summed; `policy_usage`: the `meta["policy_usage"]` figures `policy_cost`
     reads, summed, and `policy_wrapped` whether every episode had them (a wrapper played it);
-    `policy_counters`: the counters of `meta["policy_trace"]` summed; `policy_protocol`: the
-    wrapper's protocol (`meta["policy_trace"]["protocol"]`, one per run), None without one.
+    `policy_counters`: the counters of `meta["policy_trace"]` summed.
     """
 
     strict: list[Any] = field(default_factory=list)
@@ -282,7 +290,6 @@ class RunTally:
     policy_usage: dict[str, int | float] = field(default_factory=dict)
     policy_wrapped: bool = True
     policy_counters: dict[str, int] = field(default_factory=dict)
-    policy_protocol: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, episodes: Iterable[Episode], env: Any = None, *, loose: bool = False) -> RunTally:
@@ -302,8 +309,6 @@ class RunTally:
                 _add(tally.policy_usage, {key: usage.get(key, 0) for key in POLICY_COST_USAGE})
             trace = episode.meta.get("policy_trace", {})
             _add(tally.policy_counters, trace.get("counters", {}))
-            if tally.policy_protocol is None and trace.get("protocol"):
-                tally.policy_protocol = trace["protocol"]
         return tally
 
     def policy_cost(self) -> dict[str, Any] | None:

@@ -282,6 +282,8 @@ class WandbLogger:
         self.run.summary.update(run_summary(summary))
         if summary.get("protocol"):
             self.run.config.update({"protocol": summary["protocol"]}, allow_val_change=True)
+        if summary.get("policy_protocol"):
+            self.run.config.update({"policy_protocol": summary["policy_protocol"]}, allow_val_change=True)
         payload: dict[str, Any] = {"transcripts": self.transcripts(episodes)}
         charts = charts or {}
         if charts.get("survival"):

@@ -59,10 +59,24 @@ class GraphIFConf:
 
     extraction: str = _help("fast (one structured light call) | loop (paper's agent loop) | single (ablation)", "fast")
     explain_relations: bool = _help("false = ablation: the graph prompt without the relation definitions", True)
+    graph_prompt: bool = _help(
+        "false = the paper's w/o-graph-prompt ablation: relations named, no definitions or linked content", True
+    )
+    summary: bool = _help("true = a light call per turn that summarizes the exchange (the released code's)", False)
     rewrite: str | None = _help("when_bound | always | never; null = always for loop, when_bound otherwise", None)
+    rewrite_format: str = _help(
+        'json ({"reply": ...}) | final_response (a check, then a final-response section)', "json"
+    )
     max_steps: int = _help("most relation-identification steps per turn (extraction=loop)", 6)
     view_chars: int = _help("earlier answers are cut to this many characters in the light model's view", 300)
     linked_chars: int = _help("linked turns' content is cut to this many characters in the graph prompt", 2000)
+
+
+@dataclass
+class SelfRefineConf:
+    """Settings of policy=self_refine."""
+
+    rounds: int = _help("most feedback-and-revision rounds per turn (1: draft, feedback, revision)", 1)
 
 
 @dataclass
@@ -111,9 +125,9 @@ class TransformersConf:
 
 @dataclass
 class PolicyConf:
-    """The model under test, optionally wrapped (truncation, graphif, context_agent)."""
+    """The model under test, optionally wrapped (truncation, graphif, context_agent, self_refine)."""
 
-    kind: str = _help("chat | scripted | transformers | truncation | graphif | context_agent", "chat")
+    kind: str = _help("chat | scripted | transformers | truncation | graphif | context_agent | self_refine", "chat")
     llm: LLMConf = _help("how to reach the model (kind=chat, or base=chat under a wrapper)", default_factory=LLMConf)
     system_prompt: str | None = _help("system prompt the policy adds", None)
     replies: list[str] = _help("fixed replies (kind=scripted, or base=scripted under a wrapper)", default_factory=list)
@@ -133,6 +147,7 @@ class PolicyConf:
     truncation: TruncationConf = field(default_factory=TruncationConf)
     transformers: TransformersConf = field(default_factory=TransformersConf)
     graphif: GraphIFConf = field(default_factory=GraphIFConf)
+    self_refine: SelfRefineConf = field(default_factory=SelfRefineConf)
     context_agent: ContextAgentConf = field(default_factory=ContextAgentConf)
 
 

@@ -116,6 +116,7 @@ class StructFlowEnv(ChatEnv):
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes the reply) or `"paper"` |
     | `judge_rule_items` | `False` | True: the judge answers every item, rule-decidable ones too (the benchmark's way) |
+    | `judge_golden` | `False` | True: the judge sees the turn's reference answer, if any (GraphIF's evaluator) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
     | `templates` | `None` | structure templates: `"structflowbench"` (packaged) or a path; None = ifgym's own |
@@ -151,6 +152,7 @@ class StructFlowEnv(ChatEnv):
         user_llm: Any = None,
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_rule_items: bool = False,
+        judge_golden: bool = False,
         judge_max_retries: int = 2,
         judge_max_tokens: int | None = None,
         templates: str | Path | None = None,
@@ -183,8 +185,10 @@ class StructFlowEnv(ChatEnv):
         if context is not None:
             UnknownNameError.check(("context", context, CONTEXTS))
         rubric = VerdictRubric(reward, reward_weights, patience)
-        if not isinstance(allow_unjudged, bool):
-            raise ConfigError(f"allow_unjudged must be True or False, got {allow_unjudged!r}")
+        for name, value in (("allow_unjudged", allow_unjudged), ("judge_golden", judge_golden)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name} must be True or False, got {value!r}")
+        self.judge_golden = judge_golden
         if env_name:
             self.env_name = env_name
         if dataset is not None:
@@ -234,6 +238,8 @@ class StructFlowEnv(ChatEnv):
         self.context = context
         self.judge_kind = judge
         self.judge_rule_items = judge_rule_items
+        # GraphIF's 24-turn sets: the env's protocol compares the run with GraphIF's own replay of them
+        self.graphif_sets = dataset is not None and all(d.meta.get("format") == "graphif" for d in dialogues)
         self.replayed = len(dialogues) if dataset is not None else 0  # a replay picks dialogue seed % replayed
         self.dataset = str(dataset) if dataset is not None else None
         judge_obj = (
@@ -248,7 +254,7 @@ class StructFlowEnv(ChatEnv):
         )
         super().__init__(
             user=user,
-            scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items),
+            scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items, judge_golden=judge_golden),
             rubric=rubric,
             max_turns=max_turns,
             system_prompt=system_prompt,
@@ -261,6 +267,54 @@ class StructFlowEnv(ChatEnv):
         if self.replayed and seed is not None and not (options and "dialogue" in options):
             return {**(options or {}), "dialogue": seed % self.replayed}
         return options
+
+    def protocol(self) -> dict[str, Any]:
+        """The env's settings and `deviations`: each way a run differs from StructFlowBench's evaluation, in words.
+
+        A replay of GraphIF's sets is compared with GraphIF's own evaluation of them instead.
+        """
+        judge = getattr(self.scorer, "judge", None)
+        settings = {
+            "dataset": self.dataset,
+            "context": self.context,
+            "judge": self.judge_kind,
+            "judge_mode": judge.mode if judge is not None else None,
+            "judge_rule_items": self.judge_rule_items,
+            "patience": self.patience.full,
+            "max_turns": self.max_turns,
+            "system_prompt": self.system_prompt,
+        }
+        paper = "GraphIF" if self.graphif_sets else "StructFlowBench"
+        out: dict[str, Any] = {**super().protocol(), "paper": paper, **settings}
+        if self.graphif_sets or self.judge_golden:  # shown where it is a choice: GraphIF's evaluator shows it
+            out["judge_golden"] = self.judge_golden
+        out["system_prompt"] = None if self.system_prompt is None else "set"
+        if self.replayed:
+            out["dialogues"] = self.replayed
+        out["deviations"] = self._graphif_deviations() if self.graphif_sets else _deviations(settings, judge)
+        if self.judge_golden and not self.graphif_sets:
+            out["deviations"].append("judge_golden=true: the judge sees the reference; StructFlowBench's does not")
+        return out
+
+    def _graphif_deviations(self) -> list[str]:
+        """How a replay of GraphIF's sets differs from GraphIF's own evaluation of them, in words."""
+        deviations = [
+            "the judge is ifgym's checklist judge (StructFlowBench's prompt, one call per turn, unknown verdicts "
+            "counted), not GraphIF's evaluator",
+            "WCSR weighs structural items 2 and the others 1 (StructFlowBench's convention); GraphIF's scorer "
+            "weighs every type but lower-case instruction 2",
+        ]
+        if self.context != "own":
+            deviations.append(
+                "context=golden: reference answers as history; GraphIF replays its sets with the model's own "
+                "replies (env.context=own)"
+            )
+        if not self.judge_golden:
+            deviations.append(
+                "judge_golden=false: the judge sees no reference answer; GraphIF's evaluator shows it "
+                "(env.judge_golden=true)"
+            )
+        return deviations
 
     def _record_start(self) -> None:
         self._episode.meta["dialogue"] = {**self.user.episode_meta(), "context": self.context}
@@ -296,26 +350,6 @@ class StructFlowEnv(ChatEnv):
     summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
     episode_row = staticmethod(structflow_episode_row)
     summarize_rows = staticmethod(structflow_summarize_rows)
-
-    def protocol(self) -> dict[str, Any]:
-        """The env's settings and `deviations`: each way a run differs from StructFlowBench's evaluation, in words."""
-        judge = getattr(self.scorer, "judge", None)
-        settings = {
-            "dataset": self.dataset,
-            "context": self.context,
-            "judge": self.judge_kind,
-            "judge_mode": judge.mode if judge is not None else None,
-            "judge_rule_items": self.judge_rule_items,
-            "patience": self.patience.full,
-            "max_turns": self.max_turns,
-            "system_prompt": self.system_prompt,
-        }
-        out: dict[str, Any] = {**super().protocol(), "paper": "StructFlowBench", **settings}
-        out["system_prompt"] = None if self.system_prompt is None else "set"
-        if self.replayed:
-            out["dialogues"] = self.replayed
-        out["deviations"] = _deviations(settings, judge)
-        return out
 
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:

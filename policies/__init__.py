@@ -4,7 +4,8 @@ They see only chat messages (no specs, no scorer): import nothing from ifgym.sim
 ifgym.rewards or ifgym.envs here.
 
 Baselines: `ChatPolicy` (full history) and `Truncation(base, k=4)`. Wrappers: `GraphIF(base, light)`
-(relation graph + rewrite) and `ContextAgent(base, light, embedder=...)` (topic trees). Every
+(relation graph + rewrite), `ContextAgent(base, light, embedder=...)` (topic trees) and
+`SelfRefine(base)` (draft, self-critique, revision). Every
 wrapper records per-turn costs in `.costs` (calls and tokens per role, context tokens, rewrite
 tokens), resets its per-episode state with `reset()`, counts the episode in `episode_usage` and
 leaves what to inspect in `episode_record()`. ACT is defined in `ifgym.policies.wrapper`.
@@ -16,6 +17,7 @@ from ifgym.policies.chat import ChatPolicy, embedded_policy
 from ifgym.policies.context_agent import ContextAgent
 from ifgym.policies.embeddings import HashingEmbedder, MiniLMEmbedder
 from ifgym.policies.graphif import GraphIF
+from ifgym.policies.self_refine import SelfRefine
 from ifgym.policies.truncation import Truncation
 from ifgym.policies.wrapper import TurnCost, WrapperPolicy, cost_summary
 
@@ -29,6 +31,7 @@ __all__ = [
     "MiniLMEmbedder",
     "Policy",
     "ScriptedPolicy",
+    "SelfRefine",
     "Truncation",
     "TurnCost",
     "WrapperPolicy",

@@ -369,8 +369,9 @@ class ContextAgent(WrapperPolicy):
     def protocol(self) -> dict[str, Any]:
         """The settings, and `deviations`: each way this wrapper differs from the Context-Agent paper's."""
         out: dict[str, Any] = {
-            "policy": "context_agent",
+            "name": "Context-Agent",
             "paper": "Context-Agent",
+            "env": {},
             "embedder": self.embedder_name,
             "theta": self.theta,
             **self._options(),
@@ -416,7 +417,7 @@ class ContextAgent(WrapperPolicy):
         return out
 
     def episode_record(self) -> dict[str, Any]:
-        """Settings, per-turn costs, counters, the protocol, and the topic forest (`forest.to_json()`)."""
+        """Settings, per-turn costs, counters, and the topic forest (`forest.to_json()`)."""
         return {**super().episode_record(), "forest": self.forest.to_json()}
 
     # -- one turn -------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ Per user turn:
    an earlier one), each located at the earlier turn(s) it links to. Three ways to extract:
 
    - `"fast"` (default): one structured call returns the intention and every relation with its
-     turns: identification and location together;
+     turns: identification and location together (the paper's *w/o agent* ablation);
    - `"loop"`: the paper's agent loop: an intention call, then one call to identify the next
      relation (or *done*) given the notebook of what is already extracted, and one call to locate
      each identified relation: two light calls plus two per relation found;
@@ -44,17 +44,33 @@ Per user turn:
    the base policy's own system prompt); its prompt tokens are counted as rewrite tokens, not as
    context tokens (ACT: see `ifgym.policies.wrapper`).
 
+4. **Summary** (`summary=True`, the released code's per-turn call). After the reply, the light model
+   writes a one- or two-sentence summary of the exchange (the request and the final reply), kept on
+   the turn's node; the light model's later views show it beside the user's words in place of the
+   clipped answer.
+
+The paper's Table 3 ablations are switches: `extraction="fast"` is *w/o agent* (one extraction
+call instead of the loop) and `graph_prompt=False` is *w/o graph prompt* (relations still
+extracted; the rewrite prompt names each relation and what it binds, without its definition or
+the linked turns' content). `explain_relations=False` (definitions dropped, linked content kept)
+and `extraction="single"` are ifgym's own ablations. `protocol()` names the variant ("GraphIF",
+"GraphIF w/o agent (fast)", "GraphIF w/o graph prompt") and lists every way the run differs from
+the paper's setup, for the results table.
+
 Documented defaults for malformed light-model output: an extraction answer without a JSON object
 holding a `"relations"` list yields no relations (the turn continues the current topic; rules in
 force still bind; counted in `stats["extraction_failures"]`); a relation with an unknown type or
 no valid turn is dropped (`stats["dropped_relations"]`); in the loop, an unreadable identification
 ends the loop; a `"replaces"` id that names no rule in force is ignored (the aspect fallback
 applies; `stats["unknown_rule_ids"]`). A rewrite without a usable `"reply"` string
-falls back to the initial reply (`stats["rewrite_fallbacks"]`).
+falls back to the initial reply (`stats["rewrite_fallbacks"]`); so does a final-response rewrite
+(`rewrite_format="final_response"`) without its "Final response:" section. A summary answer
+without a usable `"summary"` string leaves the node without one (`stats["summary_failures"]`).
 
 Cost per turn: `"fast"` makes 1 light call, 1 base call, and 1 more base call only when something
 binds (at most 3); `"loop"` makes 2 + 2 per relation light calls plus 2 base calls (rewrite
-`"always"`, as in the paper).
+`"always"`, as in the paper); `summary=True` adds 1 light call (the paper's preset: 5 calls on a
+turn with no relation, 7 with one, 9 with two).
 """
 
 from __future__ import annotations
@@ -85,7 +101,9 @@ __all__ = [
     "DEFINITIONS",
     "EDGE_KINDS",
     "EXTRACTIONS",
+    "PAPER_SAMPLING",
     "REWRITES",
+    "REWRITE_FORMATS",
     "Edge",
     "GlobalRule",
     "GraphIF",
@@ -99,6 +117,10 @@ __all__ = [
 EDGE_KINDS = ("global_constraint", "context_anchored", "modify", "summary", "new_topic")
 EXTRACTIONS = ("fast", "loop", "single")
 REWRITES = ("when_bound", "always", "never")
+REWRITE_FORMATS = ("json", "final_response")
+FINAL_RESPONSE = "Final response:"
+# GraphIF's own sampling settings (its paper's experiments), compared in `GraphIF.protocol()`.
+PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
 RULE_ACTIONS = ("add", "update", "remove")
 DONE = "done"
 
@@ -232,6 +254,7 @@ class TurnNode:
     intention: str = ""
     relations: list[Relation] = field(default_factory=list)
     rewritten: bool = False
+    summary: str = ""  # the light model's summary of the exchange (summary=True)
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for logs."""
@@ -243,6 +266,7 @@ class TurnNode:
             "intention": self.intention,
             "relations": [r.to_json() for r in self.relations],
             "rewritten": self.rewritten,
+            "summary": self.summary,
         }
 
 
@@ -377,6 +401,17 @@ the relation graph, which says how earlier turns of the conversation bind this a
 already does right; change only what a requirement needs.
 Answer with JSON only: {"reply": "<the complete revised answer>"}"""
 
+# The paper's rewrite: a check of the draft against each requirement, then the answer in its own section.
+FINAL_RESPONSE_SYSTEM = f"""You revise a draft answer so that it meets the user's request and every requirement \
+in the relation graph, which says how earlier turns of the conversation bind this answer. First check the \
+draft against each requirement in a few lines; keep what it already does right and change only what a \
+requirement needs. Then write the line "{FINAL_RESPONSE}" and, after it, the complete revised answer exactly \
+as the user should see it, with nothing after it."""
+
+SUMMARY_SYSTEM = """Write a one- or two-sentence summary of one turn of a conversation (the user's request and \
+the assistant's answer): what was asked, what was answered, and any rule the user set for later answers.
+Answer with JSON only: {"summary": "<one or two sentences>"}"""
+
 
 # ---------------------------------------------------------------------------------------------
 # Reading the light model's answers
@@ -468,6 +503,15 @@ def read_relations(data: Mapping[str, Any] | None, turn: int) -> tuple[list[Rela
     return found, dropped
 
 
+def final_response(text: str) -> str | None:
+    """The answer after the last "Final response:" line of a final-response rewrite; None without one."""
+    found = list(re.finditer(r"^[#*\s]*final response\s*[:：]?[*\s]*:?[*]*[ \t]*", text, re.IGNORECASE | re.MULTILINE))
+    if not found:
+        return None
+    reply = text[found[-1].end() :].strip()
+    return reply or None
+
+
 # ---------------------------------------------------------------------------------------------
 # The policy
 # ---------------------------------------------------------------------------------------------
@@ -482,7 +526,10 @@ class GraphIF(WrapperPolicy):
     | `light` | `None` | client for extraction calls; an LLMConfig or mapping; `None` = the embedded model |
     | `extraction` | `"fast"` | `"fast"` (one structured call), `"loop"` (the paper's loop), `"single"` (ablation) |
     | `explain_relations` | `True` | `False` = ablation: no relation definitions (the rest stays) |
+    | `graph_prompt` | `True` | `False` = the paper's w/o-graph-prompt ablation: no definitions, no linked content |
+    | `summary` | `False` | `True` = a light call per turn summarizing the exchange (the released code's) |
     | `rewrite` | `None` | `"when_bound"`, `"always"`, `"never"`; `None`: `"always"` for the loop, else `"when_bound"` |
+    | `rewrite_format` | `"json"` | `"json"` (`{"reply": ...}`) or `"final_response"` (a check, then the answer) |
     | `max_steps` | `6` | most identification calls per turn in the loop |
     | `view_chars` | `300` | earlier answers are cut to this length in the light model's view |
     | `linked_chars` | `2000` | linked turns' content is cut to this length in the graph prompt |
@@ -498,19 +545,30 @@ class GraphIF(WrapperPolicy):
         *,
         extraction: str = "fast",
         explain_relations: bool = True,
+        graph_prompt: bool = True,
+        summary: bool = False,
         rewrite: str | None = None,
+        rewrite_format: str = "json",
         max_steps: int = 6,
         view_chars: int = 300,
         linked_chars: int = 2000,
     ):
         super().__init__(base, resolve_client(light, LIGHT, name="light"))
         self.extraction = check_choice("GraphIF extraction", extraction, EXTRACTIONS)
-        if not isinstance(explain_relations, bool):
-            raise ConfigError(f"explain_relations must be True or False; got {explain_relations!r}")
+        for name, value in (
+            ("explain_relations", explain_relations),
+            ("graph_prompt", graph_prompt),
+            ("summary", summary),
+        ):
+            if not isinstance(value, bool):
+                raise ConfigError(f"GraphIF {name} must be True or False; got {value!r}")
         self.explain_relations = explain_relations
+        self.use_graph_prompt = graph_prompt
+        self.summary = summary
         if rewrite is None:
             rewrite = "always" if extraction == "loop" else "when_bound"
         self.rewrite = check_choice("GraphIF rewrite", rewrite, REWRITES)
+        self.rewrite_format = check_choice("GraphIF rewrite_format", rewrite_format, REWRITE_FORMATS)
         self.max_steps = check_int("max_steps", max_steps, 1)
         self.view_chars = check_int("view_chars", view_chars, 1)
         self.linked_chars = check_int("linked_chars", linked_chars, 1)
@@ -525,6 +583,7 @@ class GraphIF(WrapperPolicy):
             "rewrite_fallbacks": 0,
             "rewrites_skipped": 0,
             "unknown_rule_ids": 0,
+            "summary_failures": 0,
         }
 
     def describe(self) -> dict[str, Any]:
@@ -533,11 +592,72 @@ class GraphIF(WrapperPolicy):
             "policy": "graphif",
             "extraction": self.extraction,
             "explain_relations": self.explain_relations,
+            "graph_prompt": self.use_graph_prompt,
+            "summary": self.summary,
             "rewrite": self.rewrite,
+            "rewrite_format": self.rewrite_format,
             "max_steps": self.max_steps,
             "view_chars": self.view_chars,
             "linked_chars": self.linked_chars,
         }
+
+    def variant(self) -> str:
+        """The name of this setup in GraphIF's Table 3: the full method or one of its ablations."""
+        if self.extraction == "fast":
+            return "GraphIF w/o agent (fast)"
+        if self.extraction == "single":
+            return "GraphIF single call (ifgym ablation)"
+        return "GraphIF" if self.use_graph_prompt else "GraphIF w/o graph prompt"
+
+    def protocol(self) -> dict[str, Any]:
+        """The variant's name and each way this setup differs from GraphIF's paper, in words (the results table's)."""
+        deviations = []
+        if self.extraction == "fast":
+            deviations.append(
+                "extraction=fast: one structured extraction call, the paper's w/o-agent ablation (Table 3), not its "
+                "agent loop (extraction=loop)"
+            )
+        elif self.extraction == "single":
+            deviations.append("extraction=single: ifgym's single-call ablation, in no table of the paper")
+        if not self.use_graph_prompt:
+            deviations.append("graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)")
+        if not self.explain_relations:
+            deviations.append("explain_relations=false: ifgym's ablation (relation definitions left out)")
+        if not self.summary:
+            deviations.append("summary=false: no per-turn summary call (the released code makes one)")
+        if self.rewrite != "always":
+            deviations.append(f"rewrite={self.rewrite}: the paper rewrites every reply")
+        if self.rewrite_format != "final_response":
+            deviations.append(
+                "rewrite_format=json: the rewrite answers in JSON, not in the paper's final-response section"
+            )
+        deviations += self._model_deviations()
+        return {
+            "name": self.variant(),
+            "paper": "GraphIF",
+            "deviations": deviations,
+            # what GraphIF's replay of its sets sets on the env side: the model's own replies as history,
+            # and the reference answer shown to the checklist judge
+            "env": {"context": "own", "judge_golden": True},
+        }
+
+    def _model_deviations(self) -> list[str]:
+        """The light model against the backbone, and the backbone's sampling against the paper's."""
+        base = getattr(getattr(self.base, "client", None), "config", None)
+        light = getattr(self.light, "config", None)
+        out = []
+        if base is not None and light is not None and (light.base_url, light.model) != (base.base_url, base.model):
+            where = light.base_url or "embedded"
+            out.append(
+                f"light model {light.model} ({where}) is not the backbone {base.model}: the paper uses one model"
+            )
+        if base is not None:
+            used = {"temperature": base.temperature, "top_p": base.top_p, "top_k": base.extra.get("top_k")}
+            if used != PAPER_SAMPLING:
+                said = ", ".join(f"{k}={v}" for k, v in used.items())
+                paper = ", ".join(f"{k}={v}" for k, v in PAPER_SAMPLING.items())
+                out.append(f"sampling {said}: the paper's is {paper} (top_k via policy.llm.extra.top_k)")
+        return out
 
     def episode_record(self) -> dict[str, Any]:
         """Settings, per-turn costs, counters, and the relation graph (`graph.to_json()`)."""
@@ -549,7 +669,6 @@ class GraphIF(WrapperPolicy):
         system, exchanges, current = split_transcript(messages)
         t = len(exchanges) + 1
         self._catch_up(exchanges)
-        g = self.graph
         node = TurnNode(turn=t, topic=0, user=current)
         new_edges: list[Edge] = []
         if self.extraction == "loop":
@@ -570,32 +689,52 @@ class GraphIF(WrapperPolicy):
         self._close_node(node, new_edges)
 
         initial = yield BaseCall(messages)
+        node.reply = yield from self._rewrite(node, exchanges, new_edges, system, initial)
+        if self.summary:
+            yield from self._summarize(node)
+        return node.reply
+
+    def _rewrite(
+        self, node: TurnNode, exchanges: list[Exchange], new_edges: list[Edge], system: list[Message], initial: str
+    ) -> Turn:
+        """The final reply: the initial one, or its rewrite against the graph prompt."""
         # what binds this answer: a rule in force, or a link to earlier content (a retired rule binds nothing)
-        bound = bool(g.rules) or any(e.relation != "global_constraint" for e in new_edges)
+        bound = bool(self.graph.rules) or any(e.relation != "global_constraint" for e in new_edges)
         if self.rewrite == "never" or (self.rewrite == "when_bound" and not bound):
             self.stats["rewrites_skipped"] += 1
-            node.reply = initial
             return initial
         prompt = self.graph_prompt(node, exchanges, new_edges)
         standing = "\n\n".join(self.standing_instructions(system))
-        request = (f"Standing instructions:\n{standing}\n\n" if standing else "") + f"User's request:\n{current}"
+        request = (f"Standing instructions:\n{standing}\n\n" if standing else "") + f"User's request:\n{node.user}"
+        final = self.rewrite_format == "final_response"
         out = yield BaseCall(
             [
-                {"role": "system", "content": REWRITE_SYSTEM},
+                {"role": "system", "content": FINAL_RESPONSE_SYSTEM if final else REWRITE_SYSTEM},
                 {"role": "user", "content": f"{request}\n\n{prompt}\n\nDraft answer:\n{initial}"},
             ],
             rewrite=True,
         )
         self.stats["rewrites"] += 1
-        data = json_object(out)
-        reply = data.get("reply") if data is not None else None
+        if final:
+            reply = final_response(out)
+        else:
+            data = json_object(out)
+            reply = data.get("reply") if data is not None else None
         if not isinstance(reply, str) or not reply.strip():
             self.stats["rewrite_fallbacks"] += 1
-            reply = initial
-        else:
-            node.rewritten = True
-        node.reply = reply
+            return initial
+        node.rewritten = True
         return reply
+
+    def _summarize(self, node: TurnNode) -> Turn:
+        """The per-turn summary call: the exchange in a sentence or two, kept on the node."""
+        exchange = f"User (turn {node.turn}):\n{node.user}\n\nAssistant:\n{node.reply}"
+        out = yield LightCall([{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": exchange}])
+        data = json_object(out.text)
+        node.summary = _text(data.get("summary")) if data is not None else ""
+        if not node.summary:
+            self.stats["summary_failures"] += 1
+        return node.summary
 
     def _loop(self, node: TurnNode, exchanges: list[Exchange], new_edges: list[Edge]) -> Turn:
         """The paper's agent loop: intention, then identify one relation at a time and locate it."""
@@ -758,9 +897,12 @@ class GraphIF(WrapperPolicy):
             if turns:
                 lines.append(heading)
             for turn in turns:
-                ex = exchanges[turn - 1]
+                ex, summary = exchanges[turn - 1], g.nodes[turn - 1].summary
                 lines.append(f"[turn {turn}] user: {clip(ex.user, 4 * self.view_chars)}")
-                lines.append(f"[turn {turn}] assistant: {clip(ex.assistant, self.view_chars)}")
+                if summary:  # the per-turn summary call's (summary=True) stands for the answer
+                    lines.append(f"[turn {turn}] summary: {clip(summary, self.view_chars)}")
+                else:
+                    lines.append(f"[turn {turn}] assistant: {clip(ex.assistant, self.view_chars)}")
         if not exchanges:
             lines.append("There are no earlier turns: this is the first request.")
         if notebook is not None:
@@ -787,11 +929,14 @@ class GraphIF(WrapperPolicy):
 
         def item(kind: str, title: str, binds: str, turns: Sequence[int]) -> None:
             lines = [title]
-            if self.explain_relations:  # the ablation drops only the relation definitions
+            # explain_relations=False drops only the definitions; graph_prompt=False (the paper's
+            # w/o-graph-prompt ablation) drops the definitions and the linked content
+            if self.explain_relations and self.use_graph_prompt:
                 lines.append(f"What it means: {DEFINITIONS[kind]}.")
             lines.append(f"How it binds this answer: {binds or BINDINGS[kind]}.")
-            for turn in turns:
-                lines.extend(linked(turn))
+            if self.use_graph_prompt:
+                for turn in turns:
+                    lines.extend(linked(turn))
             items.append(lines)
 
         for rule in g.rules:

@@ -52,3 +52,8 @@ class Truncation(WrapperPolicy):
     def describe(self) -> dict[str, Any]:
         """The wrapper's settings, for logs."""
         return {"policy": "truncation", "k": self.k}
+
+    def protocol(self) -> dict[str, Any]:
+        """The baseline as the results table names it: full history, or truncation with its k."""
+        name = "full history" if self.k is None else f"truncation (k={self.k})"
+        return {**super().protocol(), "name": name}

@@ -355,29 +355,29 @@ class WrapperPolicy(Policy):
         """The wrapper's settings, for logs."""
         return {"policy": type(self).__name__}
 
-    def protocol(self) -> dict[str, Any] | None:
-        """How this wrapper differs from its paper's, for the results table; None when it has no paper to follow.
+    def protocol(self) -> dict[str, Any]:
+        """The setup as the results table names it: `name`, the `paper` it follows, `deviations`, `env`.
 
-        A dict like an env's `protocol()`: `policy` (its name), `paper`, settings (plain values) and
-        `deviations` (each difference in words). Every episode carries it (`episode_record`), and
-        the run's summary keeps it as `policy_protocol`, printed under the env's protocol line.
+        `deviations` lists in words each way the setup differs from that paper's; `env` holds the
+        env settings the paper's runs use (e.g. `{"context": "own"}`), which the report compares
+        with the env's protocol; any other key is a setting (a plain value), shown beside the name.
+        `ifgym eval` keeps it in run.json and the summary as `policy_protocol`, printed under the
+        env's protocol lines. A wrapper that follows no paper keeps this default.
         """
-        return None
+        return {
+            "name": str(self.describe().get("policy", type(self).__name__)),
+            "paper": None,
+            "deviations": [],
+            "env": {},
+        }
 
     def episode_record(self) -> dict[str, Any]:
-        """What this episode leaves to inspect: settings, per-turn costs, counters of defaults taken (plain JSON).
-
-        With `protocol`, when the wrapper has one.
-        """
-        out = {
+        """What this episode leaves to inspect: settings, per-turn costs, counters of defaults taken (plain JSON)."""
+        return {
             "policy": self.describe(),
             "costs": [c.to_json() for c in self.costs],
             "counters": dict(self.stats),
         }
-        protocol = self.protocol()
-        if protocol is not None:
-            out["protocol"] = protocol
-        return out
 
 
 def _add_cost(totals: dict[str, int], cost: TurnCost) -> None:

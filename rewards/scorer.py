@@ -69,12 +69,17 @@ class RulesThenJudge:
     def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
         raise NotImplementedError
 
+    def _judge_options(self, spec: TurnSpec) -> dict[str, Any]:
+        """More keyword arguments for the judge's call on this turn (none by default)."""
+        return {}
+
     def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
         """Verdicts for `reply` on the spec's items; `history` is the dialogue before it (judge context)."""
         strict, loose, asked = self._split(reply, spec)
         if asked:
             items = [self._items(spec)[i] for i in asked]
-            judged = self.judge.judge(reply, items, history) if self.judge else [self.unjudged] * len(asked)
+            options = self._judge_options(spec)
+            judged = self.judge.judge(reply, items, history, **options) if self.judge else [self.unjudged] * len(asked)
             for i, v in zip(asked, judged, strict=True):
                 strict[i] = loose[i] = v
         return self._merge(spec, strict, loose)
@@ -84,7 +89,12 @@ class RulesThenJudge:
         strict, loose, asked = self._split(reply, spec)
         if asked:
             items = [self._items(spec)[i] for i in asked]
-            judged = await self.judge.ajudge(reply, items, history) if self.judge else [self.unjudged] * len(asked)
+            options = self._judge_options(spec)
+            judged = (
+                await self.judge.ajudge(reply, items, history, **options)
+                if self.judge
+                else [self.unjudged] * len(asked)
+            )
             for i, v in zip(asked, judged, strict=True):
                 strict[i] = loose[i] = v
         return self._merge(spec, strict, loose)

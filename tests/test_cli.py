@@ -29,7 +29,8 @@ def test_help_lists_commands_and_groups(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     policies = (
-        "policy={context_agent, context_agent_paper, embedded, graphif, openai, scripted, transformers, truncation}"
+        "policy={context_agent, context_agent_paper, embedded, graphif, graphif_paper, openai, scripted, self_refine, "
+        "transformers, truncation}"
     )
     assert "eval" in out and policies in out
     assert "trainer={cpu_start_with, grpo, smoke}" in out and "train [FLAGS]" in out

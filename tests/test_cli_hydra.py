@@ -270,3 +270,24 @@ def test_a_summary_model_of_its_own_changes_context_agents_run_key():
 
     assert key([]) == KEYS_BEFORE_THE_PAPER_PRESETS["flexbench", "context_agent"]
     assert key(["policy.summary_llm.model=other"]) != key([]) != key(["policy.context_agent.tree=false"])
+
+
+def test_settings_added_later_keep_earlier_run_keys_at_their_defaults():
+    from ifgym.records import KEYS_ADDED_LATER
+
+    def key(overrides):
+        return run_key(OmegaConf.to_container(compose(overrides), resolve=True))
+
+    for env in ("evolif", "structflow"):
+        before = OmegaConf.to_container(compose([f"env={env}"]), resolve=True)  # as a run from before them
+        for dotted in KEYS_ADDED_LATER:
+            *path, name = dotted.split(".")
+            node = before
+            for part in path:
+                node = node.get(part, {})
+            node.pop(name, None)
+        del before["policy"]["summary_llm"]
+        assert key([f"env={env}"]) == run_key(before)
+    changed = ["policy.graphif.summary=true", "policy.graphif.graph_prompt=false", "policy.self_refine.rounds=2"]
+    assert len({key([o]) for o in changed} | {key([])}) == 4
+    assert key(["env=structflow", "env.judge_golden=true"]) != key(["env=structflow"])

@@ -11,7 +11,7 @@ from support.canned_light import context_agent_light, from_body, graphif_light
 from support.canned_server import CannedServer
 
 from ifgym.cli import build_policy, compose, main
-from ifgym.policies import ContextAgent, GraphIF, Truncation
+from ifgym.policies import ContextAgent, GraphIF, SelfRefine, Truncation
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["progress=false", "plots=false"]
@@ -133,8 +133,13 @@ def test_graphif_with_scripted_base_and_a_light_server(tmp_path, capsys):
         "rewrite_fallbacks": 0,
         "rewrites_skipped": 3,
         "unknown_rule_ids": 0,
+        "summary_failures": 0,
     }
-    assert "policy counters: extraction_failures 0, dropped_relations 0, rewrites 0" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "policy counters: extraction_failures 0, dropped_relations 0, rewrites 0" in out_text
+    # the default extraction is the paper's w/o-agent ablation, and the table says so
+    assert "policy: GraphIF w/o agent (fast)\nnot GraphIF's setup:\n  - extraction=fast" in out_text
+    assert summary["policy_protocol"]["name"] == "GraphIF w/o agent (fast)"
     trace = json.loads(out.read_text().splitlines()[0])["meta"]["policy_trace"]
     assert [n["turn"] for n in trace["graph"]["nodes"]] == [1, 2, 3] and len(trace["costs"]) == 3
 
@@ -207,6 +212,27 @@ def test_context_agent_with_the_hashing_embedder(tmp_path):
             ContextAgent,
             {"theta": 0.5, "embed_chars": 400, "summary_chars": 700},
         ),
+        (
+            ["policy=graphif_paper", "policy.base=scripted", "policy.replies=[x]"],
+            GraphIF,
+            {
+                "extraction": "loop",
+                "summary": True,
+                "rewrite": "always",
+                "rewrite_format": "final_response",
+                "use_graph_prompt": True,
+            },
+        ),
+        (
+            ["policy=graphif", "policy.base=scripted", "policy.replies=[x]", "policy.graphif.graph_prompt=false"],
+            GraphIF,
+            {"extraction": "fast", "use_graph_prompt": False, "summary": False},
+        ),
+        (
+            ["policy=self_refine", "policy.base=scripted", "policy.replies=[x]", "policy.self_refine.rounds=2"],
+            SelfRefine,
+            {"rounds": 2},
+        ),
         # kind=chat runs through the full-history path, so it has the wrappers' cost records
         (["policy=openai", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.model=m"], Truncation, {"k": None}),
     ],
@@ -241,12 +267,26 @@ def test_wrapper_config_errors_are_one_clear_line(kind, override, fragment, caps
 def test_help_lists_the_wrapper_settings(capsys):
     assert main(["eval", "--help"]) == 0
     out = capsys.readouterr().out
-    assert "policy={truncation, graphif, context_agent}" in out
+    assert "policy={truncation, graphif, context_agent, self_refine}" in out
     keys = ("policy.truncation.k", "policy.graphif.extraction", "policy.context_agent.theta", "policy.light_llm")
-    keys += ("policy.graphif.view_chars", "policy.graphif.linked_chars")
+    keys += ("policy.graphif.view_chars", "policy.graphif.linked_chars", "policy.graphif.graph_prompt")
+    keys += ("policy.graphif.summary", "policy.graphif.rewrite_format", "policy.self_refine.rounds")
     keys += ("policy.context_agent.embed_chars", "policy.context_agent.summary_chars")
     for key in keys:
         assert key in out
+
+
+def test_graphif_papers_light_model_is_the_backbone_unless_set():
+    from omegaconf import OmegaConf
+
+    served = ["policy=graphif_paper", "policy.llm.base_url=http://127.0.0.1:9/v1", "policy.llm.model=big"]
+    policy = OmegaConf.to_container(compose(served), resolve=True)["policy"]
+    fields = ("base_url", "model", "temperature", "top_p", "max_tokens", "extra")
+    assert {k: policy["light_llm"][k] for k in fields} == {k: policy["llm"][k] for k in fields}
+    assert (policy["llm"]["temperature"], policy["llm"]["top_p"], policy["llm"]["extra"]) == (0.7, 0.8, {"top_k": 20})
+    # one field of the light model set: only that one differs
+    policy = OmegaConf.to_container(compose([*served, "policy.light_llm.model=small"]), resolve=True)["policy"]
+    assert policy["light_llm"]["model"] == "small" and policy["light_llm"]["base_url"] == "http://127.0.0.1:9/v1"
 
 
 def test_benchmark_runs_side_by_side_on_the_same_episodes(tmp_path, capsys):

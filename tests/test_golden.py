@@ -48,4 +48,12 @@ def test_async_rollout_matches_the_fixture(case):
 def test_every_env_id_and_every_wrapper_has_a_golden_case():
     assert {c.env_id for c in CASES} == set(ifgym.ENV_IDS)
     wrappers = {c.policy for c in CASES if c.policy not in ("stand_in", "agent")}
-    assert wrappers == {"full", "truncation", "graphif_fast", "graphif_loop", "context_agent"}
+    assert wrappers == {
+        "full",
+        "truncation",
+        "graphif_fast",
+        "graphif_loop",
+        "graphif_paper",
+        "context_agent",
+        "self_refine",
+    }

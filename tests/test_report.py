@@ -202,7 +202,7 @@ def test_a_wrappers_protocol_follows_the_envs_in_the_results_table():
     summary["protocol"] = gym.make("ifgym/EvolIF-v1").unwrapped.protocol()
     plain = results_table(summary).splitlines()
     summary["policy_protocol"] = {
-        "policy": "context_agent",
+        "name": "Context-Agent",
         "paper": "Context-Agent",
         "theta": 0.6,
         "linear_k": None,  # unset: not shown
@@ -212,13 +212,13 @@ def test_a_wrappers_protocol_follows_the_envs_in_the_results_table():
     start = len(protocol_lines(summary["protocol"]))
     assert lines[:start] == plain[:start]  # the env's protocol first, unchanged
     assert lines[start : start + 3] == [
-        "policy protocol: context_agent (theta=0.6)",
-        "not Context-Agent's protocol:",
+        "policy: Context-Agent (theta=0.6)",
+        "not Context-Agent's setup:",
         "  - prompts in ifgym's own words, not the paper's",
     ]
     assert lines[start + 3 :] == plain[start:]
     summary["policy_protocol"]["deviations"] = []
-    assert "Context-Agent's protocol" in results_table(summary).splitlines()[start + 1]
+    assert "Context-Agent's setup" in results_table(summary).splitlines()[start + 1]
 
 
 def test_a_role_whose_replies_often_stop_at_max_tokens_gets_a_warning():

@@ -37,7 +37,7 @@ from support.canned_server import CannedServer
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.envs import arollout, rollout
 from ifgym.llm import make_client
-from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, ScriptedPolicy, Truncation
+from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, ScriptedPolicy, SelfRefine, Truncation
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(ifgym.__file__).parent  # the checkout, or a link to it named ifgym (a worktree on PYTHONPATH)
@@ -54,7 +54,8 @@ class Case:
     `models` names the env arguments that get a model server (`user_llm`, `judge_llm`); `policy`
     is "stand_in" (the scripted model under test), "agent" (the FlexBench SOP-following agent of
     `support.flexbench_agents` for the case's `sop`), or a wrapper around a chat model served over
-    HTTP: "full" (no wrapper), "truncation", "graphif_fast", "graphif_loop", "context_agent".
+    HTTP: "full" (no wrapper), "truncation", "graphif_fast", "graphif_loop", "graphif_paper", "context_agent",
+    "self_refine".
     """
 
     name: str
@@ -164,7 +165,15 @@ CASES: tuple[Case, ...] = (
     # Policy wrappers around a chat model, in the EvolIF env (patience off so every turn is played)
     *(
         Case(f"wrapper_{policy}", "ifgym/EvolIF-v1", (0,), {"max_turns": 6, "patience": None}, policy=policy)
-        for policy in ("full", "truncation", "graphif_fast", "graphif_loop", "context_agent")
+        for policy in (
+            "full",
+            "truncation",
+            "graphif_fast",
+            "graphif_loop",
+            "graphif_paper",
+            "context_agent",
+            "self_refine",
+        )
     ),
 )
 
@@ -213,8 +222,12 @@ def _policy(case: Case, servers: dict[str, CannedServer]) -> Any:
         return GraphIF(base, light, extraction="fast")
     if case.policy == "graphif_loop":
         return GraphIF(base, light, extraction="loop")
+    if case.policy == "graphif_paper":
+        return GraphIF(base, light, extraction="loop", summary=True, rewrite_format="final_response")
     if case.policy == "context_agent":
         return ContextAgent(base, light, embedder=HashingEmbedder())
+    if case.policy == "self_refine":
+        return SelfRefine(base)
     raise ValueError(f"unknown golden policy {case.policy!r}")
 
 
@@ -222,7 +235,7 @@ def _roles(case: Case) -> list[str]:
     roles = [name.removesuffix("_llm") for name in case.models]
     if case.policy not in ("stand_in", "agent"):
         roles.append("policy")
-    if case.policy in ("graphif_fast", "graphif_loop", "context_agent"):
+    if case.policy in ("graphif_fast", "graphif_loop", "graphif_paper", "context_agent"):
         roles.append("light")
     return roles
 

@@ -275,10 +275,32 @@ def _summary(messages: Messages, h: int) -> str:
 
 
 def _rewrite(messages: Messages, h: int) -> str:
-    draft = messages[-1]["content"].rsplit("Draft answer:\n", 1)[1]
+    system = messages[0]["content"]
+    draft = messages[-1]["content"].rsplit("Draft answer:\n", 1)[1].split("\n\nFeedback:\n", 1)[0]
+    if "Final response:" in system:  # GraphIF's final-response rewrite (rewrite_format="final_response")
+        if h % 5 == 0:
+            return "Every requirement is met."  # no section: the draft is kept
+        return f"1. Checked against the graph.\nFinal response:\n{draft} (revised against the graph)"
+    if "using the feedback" in system:  # Self-Refine's revision: the answer itself
+        return f"{draft} (revised with the feedback)"
     if h % 5 == 0:
         return "Here is the revision."  # no JSON: the draft is kept
     return json.dumps({"reply": f"{draft} (revised against the graph)"})
+
+
+def _turn_summary(messages: Messages, h: int) -> str:
+    """GraphIF's per-turn summary call (summary=True)."""
+    user = messages[-1]["content"].split(":\n", 1)[1].split("\n\nAssistant:\n", 1)[0]
+    if h % 7 == 0:
+        return "{}"  # no summary: counted, the answer stays in view
+    return json.dumps({"summary": "the user asked about " + _words(user, 6)})
+
+
+def _feedback(messages: Messages, h: int) -> str:
+    """Self-Refine's critique: about every other draft meets everything (the turn stops early)."""
+    if h % 2 == 0:
+        return "Every requirement is met.\nALL REQUIREMENTS MET"
+    return "The last request's format is not met: use a list."
 
 
 def _base(messages: Messages, h: int) -> str:
@@ -307,6 +329,8 @@ TASKS: tuple[tuple[str, Callable[[Messages, int], str]], ...] = (
     ("You keep track of the topics", _topics),
     ("Within one topic a conversation can branch", _branch),
     ("Summarize one exchange", _summary),
+    ("Write a one- or two-sentence summary of one turn", _turn_summary),
+    ("You review a draft answer", _feedback),
     ("You revise a draft answer", _rewrite),
 )
 

@@ -376,8 +376,8 @@ def test_eval_ntm_with_the_paper_preset_writes_tcr_act_and_the_policy_protocol(t
         "summarizes with gemma3 4B",
     ]
     printed = capsys.readouterr().out
-    assert "policy protocol: context_agent (embedder=Qwen3-Embedding-0.6B, theta=0.6, topic_decision=paths" in printed
-    assert "not Context-Agent's protocol:\n  - prompts in ifgym's own words" in printed
+    assert "policy: Context-Agent (embedder=Qwen3-Embedding-0.6B, theta=0.6, topic_decision=paths" in printed
+    assert "not Context-Agent's setup:\n  - prompts in ifgym's own words" in printed
     # the light model had every decision and summary (summary_llm null = light_llm); the base one call per turn
     assert len(base.requests) == 10 + 15
     episodes = [json.loads(line) for line in out.read_text().splitlines()]

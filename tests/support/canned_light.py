@@ -21,6 +21,7 @@ from ifgym.policies.context_agent import (
     TOPIC_SYSTEM,
 )
 from ifgym.policies.graphif import FAST_SYSTEM, IDENTIFY_SYSTEM, INTENTION_SYSTEM, SINGLE_SYSTEM
+from ifgym.policies.graphif import SUMMARY_SYSTEM as TURN_SUMMARY_SYSTEM
 
 Messages = list[dict[str, str]]
 LOCATE_OPENING = "The user's latest request has this relation"
@@ -47,10 +48,14 @@ def graphif_light(truth: Mapping[int, Sequence[Mapping[str, Any]]]) -> Callable[
     Fast/single extraction: all of them at once. Loop: the intention; then, one at a time, the
     first relation whose type is not yet in the notebook the wrapper shows (so a wrapper that
     forgets its notebook loops on the first relation); then the located fields of the asked type.
+    The per-turn summary call gets "summary of turn N".
     """
 
     def answer(messages: Messages) -> str:
         system, prompt = messages[0]["content"], messages[-1]["content"]
+        if system == TURN_SUMMARY_SYSTEM:  # the per-turn summary call (summary=True): names the turn it summarizes
+            summarized = re.search(r"User \(turn (\d+)\):", prompt).group(1)
+            return json.dumps({"summary": f"summary of turn {summarized}"})
         turn = current_turn(prompt)
         relations = list(truth.get(turn, []))
         if system in (FAST_SYSTEM, SINGLE_SYSTEM):
