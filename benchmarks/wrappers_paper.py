@@ -1,7 +1,8 @@
 """The policy wrappers as their papers run them, side by side: `python benchmarks/wrappers_paper.py`.
 
 Calls and context tokens per turn, by dialogue length (10, 15, 20, 25 turns: NTM's buckets), for
-full history, truncation (k = 4, Context-Agent's paper), Context-Agent (`policy=context_agent`),
+full history, truncation (k = 4, Context-Agent's paper), Context-Agent (`policy=context_agent`, the paper
+preset `policy=context_agent_paper` and its two Table 4 ablations: without the tree, without the retriever),
 GraphIF as its paper runs it (`policy=graphif_paper`: the agent loop, the per-turn summary call,
 every reply rewritten with a final-response section) and its two Table 3 ablations (w/o agent:
 one extraction call; w/o graph prompt), and Self-Refine (`policy=self_refine`), in one table.
@@ -38,6 +39,7 @@ from support.canned_server import CannedServer  # noqa: E402  (on the path throu
 
 from ifgym.llm import make_client  # noqa: E402
 from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, SelfRefine, Truncation  # noqa: E402
+from ifgym.policies.context_agent import NODE_SUMMARY_SYSTEM, PAPER_SETTINGS, PATH_SYSTEM  # noqa: E402
 from ifgym.policies.graphif import FINAL_RESPONSE_SYSTEM  # noqa: E402
 from ifgym.policies.graphif import SUMMARY_SYSTEM as TURN_SUMMARY_SYSTEM  # noqa: E402
 from ifgym.policies.self_refine import FEEDBACK_SYSTEM, REVISE_SYSTEM  # noqa: E402
@@ -48,10 +50,18 @@ PAPER = {"extraction": "loop", "summary": True, "rewrite": "always", "rewrite_fo
 
 
 def light_model(body: dict[str, Any]) -> str:
-    """The stand-in light model of benchmarks/policies.py, and GraphIF's per-turn summary (the first words)."""
+    """The stand-in light model of benchmarks/policies.py, GraphIF's per-turn summary (the first words), and
+    Context-Agent's paper prompts: a thread is the message's own unless the message opens a new topic."""
     messages = body["messages"]
-    if messages[0]["content"] == TURN_SUMMARY_SYSTEM:
-        user = messages[-1]["content"].split(":\n", 1)[1].split("\n\nAssistant:\n", 1)[0]
+    system, prompt = messages[0]["content"], messages[-1]["content"]
+    if system == TURN_SUMMARY_SYSTEM:
+        user = prompt.split(":\n", 1)[1].split("\n\nAssistant:\n", 1)[0]
+        return json.dumps({"summary": " ".join(user.split()[:15])})
+    if system == PATH_SYSTEM:
+        new = bench._move(prompt.split("New message:\n", 1)[1]) == "new"
+        return json.dumps({"answer": "no" if new else "yes"})
+    if system == NODE_SUMMARY_SYSTEM:
+        user = prompt.split("User: ", 1)[1].split("\nAssistant: ", 1)[0]
         return json.dumps({"summary": " ".join(user.split()[:15])})
     return bench.light_model(body)
 
@@ -83,6 +93,13 @@ def policies(base: Any, light: Any) -> dict[str, Callable[[], Any]]:
         "full history": lambda: Truncation(chat(), k=None),
         "truncation k=4": lambda: Truncation(chat(), k=4),
         "context-agent": lambda: ContextAgent(chat(), light, embedder=HashingEmbedder()),
+        "context-agent (paper)": lambda: ContextAgent(chat(), light, embedder=HashingEmbedder(), **PAPER_SETTINGS),
+        "context-agent w/o tree": lambda: ContextAgent(
+            chat(), light, embedder=HashingEmbedder(), **{**PAPER_SETTINGS, "tree": False}
+        ),
+        "context-agent w/o retriever": lambda: ContextAgent(
+            chat(), light, embedder=HashingEmbedder(), **{**PAPER_SETTINGS, "retrieval": False}
+        ),
         "graphif (paper)": lambda: GraphIF(chat(), light, **PAPER),
         "graphif w/o agent": lambda: GraphIF(chat(), light, **{**PAPER, "extraction": "fast"}),
         "graphif w/o graph prompt": lambda: GraphIF(chat(), light, **PAPER, graph_prompt=False),
@@ -129,7 +146,7 @@ def table(out: dict[str, Any], lengths: Sequence[int], episodes: int) -> list[st
         "",
     ]
     header = (
-        f"{'policy':<24} {'length':>6} {'calls/turn':>10} {'base':>5} {'light':>5} {'ACT':>8} {'ACT/full':>8} "
+        f"{'policy':<28} {'length':>6} {'calls/turn':>10} {'base':>5} {'light':>5} {'ACT':>8} {'ACT/full':>8} "
         f"{'rewrite':>8} {'prompt/turn':>11} {'prompt/full':>11}"
     )
     lines += [header, "-" * len(header)]
@@ -137,7 +154,7 @@ def table(out: dict[str, Any], lengths: Sequence[int], episodes: int) -> list[st
         for name, by_length in out["results"].items():
             r = by_length[length]
             lines.append(
-                f"{name:<24} {length:>6} {r['calls']:>10.2f} {r['base_calls']:>5.2f} {r['light_calls']:>5.2f} "
+                f"{name:<28} {length:>6} {r['calls']:>10.2f} {r['base_calls']:>5.2f} {r['light_calls']:>5.2f} "
                 f"{r['ACT']:>8.1f} {r['ACT_ratio']:>8.2f} {r['rewrite_tokens']:>8.1f} {r['prompt_tokens']:>11.1f} "
                 f"{r['prompt_ratio']:>11.2f}"
             )

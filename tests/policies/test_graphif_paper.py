@@ -467,6 +467,9 @@ def test_wrappers_paper_benchmark_puts_every_policy_in_one_table(tmp_path, capsy
         "full history",
         "truncation k=4",
         "context-agent",
+        "context-agent (paper)",
+        "context-agent w/o tree",
+        "context-agent w/o retriever",
         "graphif (paper)",
         "graphif w/o agent",
         "graphif w/o graph prompt",
@@ -477,6 +480,7 @@ def test_wrappers_paper_benchmark_puts_every_policy_in_one_table(tmp_path, capsy
     assert rows["graphif (paper)"]["calls"] == rows["graphif w/o graph prompt"]["calls"] == 7.0
     assert rows["graphif w/o agent"]["calls"] == 4.0 and rows["self-refine"]["calls"] == 3.0
     assert rows["full history"]["calls"] == rows["truncation k=4"]["calls"] == 1.0
+    assert rows["context-agent w/o tree"]["calls"] == 1.0  # no decision, no summary: the base call alone
     # the rewrites return the draft, so every policy but the window and the trees sends the full transcript
     for name in ("graphif (paper)", "graphif w/o agent", "self-refine"):
         assert rows[name]["ACT"] == rows["full history"]["ACT"] and rows[name]["rewrite_tokens"] > 0
