@@ -223,13 +223,18 @@ def train(
     device = resolve_device(trainer_cfg["device"])
     args = _grpo_config(trainer_cfg["grpo"], run_dir / "trl", cfg["seed"], device, cfg["progress"])
     start = time.monotonic()
-    source = model_folder(trainer_cfg["model"])  # converts a GGUF once (cached)
-    model, tokenizer = load_pretrained(source, device)
     env_cls = gym.envs.registration.load_env_creator(gym.spec(cfg["env"]["id"]).entry_point)
     if episodes:
-        from ifgym.integrations.trl_episodes import episode_setup
+        from ifgym.integrations.trl_episodes import EpisodeRollout, episode_setup
 
-        rollout, rows, episode_reward = episode_setup(cfg, build_env, tokenizer, args.max_completion_length)
+        make_env, rows, episode_reward = episode_setup(cfg, build_env)
+        rollout = EpisodeRollout(
+            make_env, max_tokens=trainer_cfg["episode"]["max_tokens"], reply_tokens=args.max_completion_length
+        )
+    source = model_folder(trainer_cfg["model"])  # converts a GGUF once (cached)
+    model, tokenizer = load_pretrained(source, device)
+    if episodes:
+        rollout.tokenizer = tokenizer
         print(
             f"training episodes: seeds {rows[0]['seed']}..{rows[-1]['seed']}, {args.num_generations} per seed "
             f"(one GRPO group), at most {trainer_cfg['episode']['max_turns']} turns, credit: "

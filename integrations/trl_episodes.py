@@ -287,12 +287,13 @@ def episode_metrics(
 class EpisodeRollout:
     """TRL's `rollout_func`: plays the batch's episodes in the env (one env per rollout, kept between steps).
 
-    `seeds` is set by `EpisodeTrainer` before each generation batch (TRL hands `rollout_func` the
-    prompts only); after a call, `last` holds the played episodes and `usage` the user's and
+    `tokenizer` is the trained model's (settable after construction: the settings are checked
+    before the model loads). `seeds` is set by `EpisodeTrainer` before each generation batch (TRL
+    hands `rollout_func` the prompts only); after a call, `last` holds the played episodes and `usage` the user's and
     judge's calls by role.
     """
 
-    def __init__(self, make_env: Callable[[], Any], tokenizer: Any, *, max_tokens: int, reply_tokens: int):
+    def __init__(self, make_env: Callable[[], Any], tokenizer: Any = None, *, max_tokens: int, reply_tokens: int):
         if max_tokens < reply_tokens:
             raise ConfigError(
                 f"trainer.episode.max_tokens={max_tokens} is less than one reply (trainer.grpo.max_completion_length="
@@ -341,12 +342,13 @@ class EpisodeRollout:
 
 
 def episode_setup(
-    cfg: dict[str, Any], build_env: Callable[..., Any], tokenizer: Any, reply_tokens: int
-) -> tuple[EpisodeRollout, list[dict[str, Any]], Any]:
-    """For `ifgym train trainer.rollout=episode`: the rollout, the dataset rows (one per training seed) and the reward.
+    cfg: dict[str, Any], build_env: Callable[..., Any]
+) -> tuple[Callable[[], Any], list[dict[str, Any]], Any]:
+    """For `ifgym train trainer.rollout=episode`: the env factory, the dataset rows (one per training seed), the reward.
 
     A row is the seed's first observation (`prompt`, what TRL logs) and its `seed` (what the rollout
     plays); the envs are built from the env and judge groups with `max_turns` = `trainer.episode.max_turns`.
+    Every setting is checked here, before a model is loaded.
     """
     from ifgym.errors import UnknownNameError
     from ifgym.rewards.trl import EpisodeReturn
@@ -373,8 +375,7 @@ def episode_setup(
     seeds = range(prompts["seed"], prompts["seed"] + prompts["episodes"])
     rows = [{"prompt": list(probe.reset(seed=seed)[0]), "seed": seed} for seed in seeds]
     probe.close()
-    rollout = EpisodeRollout(make_env, tokenizer, max_tokens=settings["max_tokens"], reply_tokens=reply_tokens)
-    return rollout, rows, reward
+    return make_env, rows, reward
 
 
 @functools.cache

@@ -31,7 +31,7 @@ def test_help_lists_commands_and_groups(capsys):
     assert (
         "eval" in out and "policy={context_agent, embedded, graphif, openai, scripted, transformers, truncation}" in out
     )
-    assert "trainer={cpu_start_with, grpo, smoke}" in out and "train [FLAGS]" in out
+    assert "trainer={cpu_episode, cpu_start_with, gpu_episode, grpo, smoke}" in out and "train [FLAGS]" in out
     assert (
         "env={composite, composite_editors, composite_llm, evolif, evolif_llm, evolif_paper, evolif_v0, flexbench, "
         "flexbench_llm, ntm, structflow, structflow_llm}" in out
