@@ -2,6 +2,9 @@
 
 The pipeline, for a composed `train` config (`ifgym.conf.schema.TrainConf`):
 
+With `trainer.rollout=episode` steps 1 and 3 differ: the completions are whole episodes played in the
+env, rewarded by their return or turn by turn (see `ifgym.integrations.trl_episodes`).
+
 1. **Prompts.** The env (the `env` and `judge` groups, as in `ifgym eval`) is rolled for the
    training seeds (`trainer.prompts`); each user turn becomes a prompt row (`ifgym export
    prompts`'s schema: the conversation the policy would see, and what the reward reads). One turn
