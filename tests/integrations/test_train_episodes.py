@@ -284,3 +284,49 @@ def test_two_episode_steps_with_turn_credit_log_rows_and_episodes(tmp_path, caps
     logged = [h for h in history(run_file) if "train/reward" in h]
     assert [h["train/episode/turns"] for h in logged] == [r["episode/turns"] for r in rows]
     assert [h["train/turn_reward/0"] for h in logged] == [r["turn_reward/0"] for r in rows]
+
+
+class StandInTrainer:
+    """What `EpisodeRollout` uses of TRL's trainer: its batched one-turn generation (here scripted)."""
+
+    def __init__(self, generate):
+        self.generate = generate
+
+    def _generate_single_turn(self, ids, images, multimodal_fields, num_generations):
+        assert images is None and multimodal_fields == {} and num_generations == 1
+        return self.generate(ids)
+
+
+def test_a_judged_env_counts_its_judge_calls_per_step(tokenizer):
+    from support.canned_judges import yes_sayer
+    from support.canned_server import CannedServer
+
+    from ifgym.llm import make_client
+
+    with CannedServer(replies=lambda body: yes_sayer(body["messages"])) as server:
+        judge = make_client({"base_url": server.base_url, "model": server.model}, "judge")
+
+        def make_env():
+            return gym.make(
+                "ifgym/StructFlow-v0",
+                dataset="structflowbench",
+                context="own",
+                judge="llm",
+                judge_llm=judge,
+                max_turns=2,
+            )
+
+        rollout = EpisodeRollout(make_env, tokenizer, max_tokens=2048, reply_tokens=16)
+        rollout.seeds = [0, 0]
+        script = Scripted(tokenizer, [["Here it is.", "Sure."], ["Done.", "Fine."]])
+        out = rollout([[{"role": "user", "content": "(row 0)"}]] * 2, StandInTrainer(script))
+        sent = len(server.requests)
+    # StructFlowBench's items are judged: every reply scored by the judge (yes to all), each call counted
+    assert sent > 0 and rollout.usage["judge"]["calls"] == sent == rollout.calls["judge"]
+    assert all(any(v.source.startswith("judge:") for v in t.verdicts) for e in rollout.last for t in e.episode.turns)
+    metrics = episode_metrics(rollout.last, [[1.0, 1.0]] * 2, 2, usage=rollout.usage)
+    assert metrics["calls/judge"] == sent
+    # what TRL receives: ids, the mask as env_mask, no logprobs from this backend, the episodes for the reward
+    assert out["env_mask"] == [p.mask for p in rollout.last] and out["logprobs"] is None
+    assert out["episode"] == [p.episode for p in rollout.last]
+    assert [len(ids) for ids in out["completion_ids"]] == [len(m) for m in out["env_mask"]]
