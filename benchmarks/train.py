@@ -143,10 +143,11 @@ def main() -> int:
     parser.add_argument("--eval-episodes", type=int, default=48, help="--compare: held-out dialogues")
     parser.add_argument("overrides", nargs="*", help="extra `ifgym train` overrides (both runs with --compare)")
     args = parser.parse_args()
+    given = [args.run] if args.run and "=" in args.run else []  # an override, not a run folder
     if args.compare:
-        out = Path(args.run or args.out)
+        out = Path(args.run) if args.run and not given else Path(args.out)
         overrides = [f"trainer.eval.max_turns={args.eval_turns}", f"trainer.eval.episodes={args.eval_episodes}"]
-        overrides += args.overrides
+        overrides += given + args.overrides
         for name, preset in (("turn", "cpu_start_with"), ("episode", "cpu_episode")):
             if not (out / name / "train_summary.json").is_file() and _train(preset, out / name, overrides):
                 return 1
@@ -154,10 +155,10 @@ def main() -> int:
             print(report(out / name) + "\n")
         print(compare_report(out / "turn", out / "episode"))
         return 0
-    if args.run and "=" not in args.run:
+    if args.run and not given:
         print(report(Path(args.run)))
         return 0
-    overrides = ([args.run] if args.run else []) + args.overrides
+    overrides = given + args.overrides
     if _train("cpu_start_with", Path(args.out), overrides):
         return 1
     print(report(Path(args.out)))

@@ -110,6 +110,7 @@ class Played:
     spans: list[tuple[int, int]] = field(default_factory=list)  # each reply's [start, end) in completion_ids
     ended: str = ""
     episode: Any = None  # the env's Episode record
+    cut: int = 0  # replies stopped by the reply token limit (closed with an end-of-turn token they did not write)
 
     def add(self, ids: Sequence[int], written: int, logprobs: Sequence[float] | None = None) -> None:
         """Append tokens with their mask value; logprobs (of generated tokens) or 0.0 for the rest."""
@@ -162,6 +163,7 @@ def play_episodes(
             p.spans.append((start, len(p.completion_ids)))
             if not ids or ids[-1] not in stops:  # cut at the token limit: close the turn so that the user's can follow
                 p.add([eos], 0)
+                p.cut += 1
             replies.append(tokenizer.decode([t for t in ids if t not in stops], skip_special_tokens=True).strip())
         steps = _run([async_step(envs[i], reply) for i, reply in zip(live, replies, strict=True)])
         still = []
@@ -256,7 +258,9 @@ def episode_metrics(
     """One step's numbers about its episodes (see the module docstring), for metrics.jsonl and W&B.
 
     `turn_reward/<t>`: the mean credited reward of turn t over the episodes that reached it;
-    `episode/turns`, `episode/tokens` (completion tokens), `episode/trained_tokens` (mask 1);
+    `episode/turns`, `episode/tokens` (completion tokens), `episode/trained_tokens` (mask 1),
+    `episode/cut_replies` (share of replies stopped by the reply token limit: TRL's own
+    `completions/clipped_ratio` cannot see them, every episode ends with an end-of-turn token);
     `episode/ended/<reason>`: the share of episodes that ended so; `episode/same_user_turns`: the
     share of groups whose user turns agreed; the env's `pass_rate/<group>` (from `summarize`);
     `calls/<role>`: model calls of the user and the judge while playing.
@@ -266,6 +270,7 @@ def episode_metrics(
         "episode/turns": sum(len(r) for r in turn_rewards) / n,
         "episode/tokens": sum(len(p.completion_ids) for p in played) / n,
         "episode/trained_tokens": sum(sum(p.mask) for p in played) / n,
+        "episode/cut_replies": sum(p.cut for p in played) / max(sum(len(p.spans) for p in played), 1),
     }
     for t in range(max(len(r) for r in turn_rewards)):
         values = [r[t] for r in turn_rewards if len(r) > t]

@@ -169,6 +169,8 @@ def test_token_budget_and_an_unfinished_reply(tokenizer):
     # its turn is closed with an end-of-turn token the model did not write (mask 0, outside the span)
     written = len(tokenizer.encode("I love songwriting", add_special_tokens=False))
     assert cut.completion_ids[-1] == tokenizer.eos_token_id and cut.mask[-1] == 0 and cut.spans == [(0, written)]
+    assert [p.cut for p in played] == [1, 0]
+    assert episode_metrics(played, [[1.0], [1.0]], 2)["episode/cut_replies"] == 0.5
     assert played[1].spans == [(0, written + 1)] and played[1].mask == [1] * (written + 1)
     # the second turn could pass 30 tokens (reply so far + user turn + 16): not played
     assert [p.ended for p in played] == [ENDED_BY_BUDGET, ENDED_BY_BUDGET]
