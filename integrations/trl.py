@@ -2,6 +2,9 @@
 
 The pipeline, for a composed `train` config (`ifgym.conf.schema.TrainConf`):
 
+With `trainer.rollout=episode` steps 1 and 3 differ: the completions are whole episodes played in the
+env, rewarded by their return or turn by turn (see `ifgym.integrations.trl_episodes`).
+
 1. **Prompts.** The env (the `env` and `judge` groups, as in `ifgym eval`) is rolled for the
    training seeds (`trainer.prompts`); each user turn becomes a prompt row (`ifgym export
    prompts`'s schema: the conversation the policy would see, and what the reward reads). One turn
@@ -34,9 +37,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.errors import ConfigError, did_you_mean
+from ifgym.errors import ConfigError, UnknownNameError, did_you_mean
 
-__all__ = ["MetricsLog", "WallClockBudget", "build_prompts", "train", "turn_summary"]
+__all__ = ["ROLLOUTS", "MetricsLog", "WallClockBudget", "build_prompts", "train", "turn_summary"]
+
+ROLLOUTS = ("turn", "episode")  # trainer.rollout: GRPO on single user turns, or over whole episodes
 
 
 def build_prompts(
@@ -203,14 +208,7 @@ def train(
     """
     import gymnasium as gym
 
-    from ifgym.policies.transformers import (
-        TransformersPolicy,
-        load_pretrained,
-        model_folder,
-        resolve_device,
-        set_threads,
-    )
-    from ifgym.rewards.trl import LengthFloor, TurnReward
+    from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
     from ifgym.stats import CISettings, compare, intervals
 
     run_dir = Path(run_dir)
@@ -220,35 +218,39 @@ def train(
 
         hf_logging.disable_progress_bar()
     trainer_cfg, held = cfg["trainer"], cfg["trainer"]["eval"]
+    UnknownNameError.check(("trainer.rollout", trainer_cfg["rollout"], ROLLOUTS))
+    episodes = trainer_cfg["rollout"] == "episode"
     _check_seeds(trainer_cfg["prompts"], held)
     set_threads(trainer_cfg["threads"])
     device = resolve_device(trainer_cfg["device"])
     args = _grpo_config(trainer_cfg["grpo"], run_dir / "trl", cfg["seed"], device, cfg["progress"])
     start = time.monotonic()
+    env_cls = gym.envs.registration.load_env_creator(gym.spec(cfg["env"]["id"]).entry_point)
+    if episodes:
+        from ifgym.integrations.trl_episodes import EpisodeRollout, episode_setup
+
+        make_env, rows, episode_reward = episode_setup(cfg, build_env)
+        rollout = EpisodeRollout(
+            make_env, max_tokens=trainer_cfg["episode"]["max_tokens"], reply_tokens=args.max_completion_length
+        )
     source = model_folder(trainer_cfg["model"])  # converts a GGUF once (cached)
     model, tokenizer = load_pretrained(source, device)
-    base_policy = TransformersPolicy(model, tokenizer, max_new_tokens=held["max_new_tokens"])
-    rows, report = build_prompts(build_env, cfg["env"], cfg["judge"], trainer_cfg["prompts"], base_policy)
-    judge = None
-    if cfg["judge"]["kind"] == "llm":
-        from ifgym.llm import make_client
-        from ifgym.rewards.structflow import ChecklistJudge
+    if episodes:
+        rollout.tokenizer = tokenizer
+        print(
+            f"training episodes: seeds {rows[0]['seed']}..{rows[-1]['seed']}, {args.num_generations} per seed "
+            f"(one GRPO group), at most {trainer_cfg['episode']['max_turns']} turns, credit: "
+            f"{trainer_cfg['episode']['credit']}"
+        )
+    else:
+        rows = _prompt_rows(cfg, build_env, model, tokenizer)
 
-        judge = ChecklistJudge(make_client(cfg["judge"]["llm"], "judge"))
-    reward = TurnReward(judge)
-    # what the rules decide, on each row's recorded reply (no judge calls here); with a judge, checklist rows count too
-    decided = _recorded(TurnReward(), rows)
-    scorable = [
-        r
-        for r, value in zip(rows, decided, strict=True)
-        if value is not None or (judge is not None and r["scorer"] == "checklist" and r["checklist"] != "[]")
-    ]
-    if not scorable:
-        raise ConfigError(f"none of the {len(rows)} prompts can be scored by the reward: {' '.join(report.warnings)}")
-    print(f"prompts: {len(scorable)} rows from {trainer_cfg['prompts']['episodes']} training dialogues", end="")
-    print(f" ({len(rows) - len(scorable)} unscorable rows dropped)" if len(scorable) < len(rows) else "")
-
-    summary: dict[str, Any] = {"model": trainer_cfg["model"], "device": device, "prompts": len(scorable)}
+    summary: dict[str, Any] = {
+        "model": trainer_cfg["model"],
+        "device": device,
+        "rollout": trainer_cfg["rollout"],
+        "prompts": len(rows),
+    }
     before = None
     if held["episodes"] and held["before"]:
         before = _checkpoint_eval(
@@ -256,25 +258,33 @@ def train(
         )
 
     from datasets import Dataset
-    from trl import GRPOTrainer
 
-    funcs = [LengthFloor(reward, trainer_cfg["min_words"]) if trainer_cfg["min_words"] else reward]
     wandb_run = _wandb_run(cfg, run_dir)
     log = MetricsLog(run_dir / "metrics.jsonl", wandb_run)
     callbacks = [log]
     if trainer_cfg["budget_minutes"] is not None:
         callbacks.append(WallClockBudget(trainer_cfg["budget_minutes"]))
-    dataset = Dataset.from_list([{k: v for k, v in r.items() if k not in ("reply", "reward")} for r in scorable])
+    dataset = Dataset.from_list([{k: v for k, v in r.items() if k not in ("reply", "reward")} for r in rows])
+    common = {"model": model, "args": args, "train_dataset": dataset, "processing_class": tokenizer}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=funcs,
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=callbacks,
-        )
+        warnings.filterwarnings("ignore", message=".*'rollout_func', which is an experimental feature.*")
+        if episodes:
+            from ifgym.integrations.trl_episodes import episode_trainer
+
+            trainer = episode_trainer(
+                rollout=rollout,
+                reward=episode_reward,
+                credit=trainer_cfg["episode"]["credit"],
+                record=run_dir / "train_episodes.jsonl",
+                summarize=env_cls.summarize,
+                callbacks=callbacks,
+                **common,
+            )
+        else:
+            from trl import GRPOTrainer
+
+            trainer = GRPOTrainer(reward_funcs=[_turn_reward(cfg)], callbacks=callbacks, **common)
         if not cfg["progress"]:  # metrics.jsonl has every step; the console gets the summary only
             from transformers.trainer_callback import PrinterCallback
 
@@ -284,6 +294,9 @@ def train(
     summary["train_seconds"] = round(time.monotonic() - train_start, 1)
     summary["steps"] = trainer.state.global_step
     summary["stopped_by_budget"] = bool(getattr(callbacks[-1], "stopped_at", None))
+    if episodes:
+        summary["train_episodes"] = str(run_dir / "train_episodes.jsonl")
+        summary["calls"] = dict(rollout.calls)  # the user's and the judge's model calls while training
     saved = run_dir / "model"
     trainer.save_model(str(saved))
     tokenizer.save_pretrained(str(saved))
@@ -300,7 +313,6 @@ def train(
             threads=trainer_cfg["threads"],
             device=trainer_cfg["device"],
         )
-        env_cls = gym.envs.registration.load_env_creator(gym.spec(cfg["env"]["id"]).entry_point)
         summarize = turn_summary(env_cls.summarize)
         metrics = ["mean_turn_reward", *[m for m in env_cls.headline_metrics if m in after[1]["strict"]]]
         settings = CISettings(1000, 0.95, cfg["seed"])
@@ -322,6 +334,46 @@ def train(
         wandb_run.finish()
     print(_report(summary))
     return summary
+
+
+def _turn_reward(cfg: dict[str, Any]) -> Any:
+    """`TurnReward` (with the StructFlow checklist judge when judge=llm), behind the length floor when one is set."""
+    from ifgym.rewards.trl import LengthFloor, TurnReward
+
+    reward = TurnReward(_judge(cfg))
+    return LengthFloor(reward, cfg["trainer"]["min_words"]) if cfg["trainer"]["min_words"] else reward
+
+
+def _judge(cfg: dict[str, Any]) -> Any:
+    if cfg["judge"]["kind"] != "llm":
+        return None
+    from ifgym.llm import make_client
+    from ifgym.rewards.structflow import ChecklistJudge
+
+    return ChecklistJudge(make_client(cfg["judge"]["llm"], "judge"))
+
+
+def _prompt_rows(cfg: dict[str, Any], build_env: Callable[..., Any], model: Any, tokenizer: Any) -> list[dict]:
+    """`trainer.rollout=turn`: the prompt rows the reward can score (built with the base model's earlier replies)."""
+    from ifgym.policies.transformers import TransformersPolicy
+    from ifgym.rewards.trl import TurnReward
+
+    trainer_cfg = cfg["trainer"]
+    base_policy = TransformersPolicy(model, tokenizer, max_new_tokens=trainer_cfg["eval"]["max_new_tokens"])
+    rows, report = build_prompts(build_env, cfg["env"], cfg["judge"], trainer_cfg["prompts"], base_policy)
+    judge = _judge(cfg)
+    # what the rules decide, on each row's recorded reply (no judge calls here); with a judge, checklist rows count too
+    decided = _recorded(TurnReward(), rows)
+    scorable = [
+        r
+        for r, value in zip(rows, decided, strict=True)
+        if value is not None or (judge is not None and r["scorer"] == "checklist" and r["checklist"] != "[]")
+    ]
+    if not scorable:
+        raise ConfigError(f"none of the {len(rows)} prompts can be scored by the reward: {' '.join(report.warnings)}")
+    print(f"prompts: {len(scorable)} rows from {trainer_cfg['prompts']['episodes']} training dialogues", end="")
+    print(f" ({len(rows) - len(scorable)} unscorable rows dropped)" if len(scorable) < len(rows) else "")
+    return scorable
 
 
 def _recorded(reward: Any, rows: list[dict[str, Any]]) -> list[float | None]:

@@ -569,29 +569,38 @@ class EpisodeReturn:
     function that plays the env returns as an extra field): reward = sum_t discount**t * r_t over
     the episode's recorded turn rewards (the env's rewards, FlexBench's end-of-call term
     included) + `survival_bonus` when the user did not give up (`survived`). Divided by the number
-    of turns when `per_turn=True` (a mean that long episodes cannot inflate). An episode without
-    turns is None.
+    of turns when `per_turn=True` (a mean that long episodes cannot inflate). With `min_words`, a
+    reply of fewer words counts 0 whatever the env gave it (`LengthFloor`'s guard, turn by turn). An
+    episode without turns is None.
     """
 
-    def __init__(self, discount: float = 1.0, survival_bonus: float = 0.0, per_turn: bool = False):
+    def __init__(self, discount: float = 1.0, survival_bonus: float = 0.0, per_turn: bool = False, min_words: int = 0):
         for name, value in (("discount", discount), ("survival_bonus", survival_bonus)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ConfigError(f"EpisodeReturn {name} must be a finite number, got {value!r}")
         if not 0 < discount <= 1:
             raise ConfigError(f"EpisodeReturn discount must be in (0, 1], got {discount!r}")
+        if isinstance(min_words, bool) or not isinstance(min_words, int) or min_words < 0:
+            raise ConfigError(f"EpisodeReturn min_words must be an int >= 0, got {min_words!r}")
         self.discount = float(discount)
         self.survival_bonus = float(survival_bonus)
         self.per_turn = bool(per_turn)
+        self.min_words = min_words
         self.__name__ = "ifgym_episode_return"
 
     def __repr__(self) -> str:
         return (
-            f"EpisodeReturn(discount={self.discount}, survival_bonus={self.survival_bonus}, per_turn={self.per_turn})"
+            f"EpisodeReturn(discount={self.discount}, survival_bonus={self.survival_bonus}, per_turn={self.per_turn}"
+            + (f", min_words={self.min_words})" if self.min_words else ")")
         )
+
+    def turn_rewards(self, episode: Episode) -> list[float]:
+        """Each turn's reward as credited: the env's, or 0 for a reply under `min_words` words."""
+        return [0.0 if len(t.reply.split()) < self.min_words else t.reward for t in episode.turns]
 
     def score(self, episode: Episode) -> float | None:
         """The reward of one episode."""
-        rewards = [t.reward for t in episode.turns]
+        rewards = self.turn_rewards(episode)
         if not rewards:
             return None
         value = episode_return(rewards, self.discount)

@@ -33,7 +33,7 @@ def test_help_lists_commands_and_groups(capsys):
         "transformers, truncation}"
     )
     assert "eval" in out and policies in out
-    assert "trainer={cpu_start_with, grpo, smoke}" in out and "train [FLAGS]" in out
+    assert "trainer={cpu_episode, cpu_start_with, gpu_episode, grpo, smoke}" in out and "train [FLAGS]" in out
     assert (
         "env={composite, composite_editors, composite_llm, evolif, evolif_llm, evolif_paper, evolif_v0, flexbench, "
         "flexbench_llm, flexbench_paper, ntm, structflow, structflow_llm, structflow_paper}" in out
