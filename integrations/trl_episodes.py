@@ -314,7 +314,7 @@ class EpisodeRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         """Play one episode per prompt (its row's seed) with the trainer's model; TRL's rollout output."""
-        from ifgym.llm import count_episode_usage
+        from ifgym.llm.conversation import count_episode_usage
 
         if len(self.seeds) != len(prompts):
             raise RuntimeError(
