@@ -61,12 +61,12 @@ CASES = [
     (["+env.patiense=2"], "Did you mean 'patience'"),
     (["env=structflow", "env.dataset=structflowbnch"], "Did you mean 'structflowbench'"),
     (["--frob"], "unrecognized arguments: --frob"),
-    # folders given where a file goes
+    # folders given where a file goes (env.script takes a folder of dialogue files: an empty one is the mistake)
     (["output={folder}"], "is a folder; give the episodes file"),
     (["env=structflow", "env.dataset={folder}", "env.allow_unjudged=true"], "dataset '{folder}' is a folder"),
     (["env=structflow", "+env.templates={folder}"], "structure templates '{folder}' is a folder"),
     (["env=structflow", "+env.topics={folder}"], "topics '{folder}' is a folder"),
-    (["env.script={folder}"], "EvolIF dialogue file '{folder}' is a folder"),
+    (["env.script={folder}"], "{folder}: the folder holds no EvolIF dialogue file (*.jsonl)"),
     (["env=flexbench", "env.sop={folder}"], "SOP file '{folder}' is a folder"),
     (["env=flexbench", "env.dimensions={folder}"], "dimension file '{folder}' is a folder"),
 ]
