@@ -71,6 +71,7 @@ __all__ = [
     "Floor",
     "audit",
     "cached_audit",
+    "calibrate_threshold",
     "format_report",
     "gold_version",
     "judge_identity",
@@ -568,6 +569,39 @@ def measure(items: Sequence[GoldItem], predicted: Mapping[str, str]) -> dict[str
     }
 
 
+def calibrate_threshold(p_yes: Sequence[float | None], gold: Sequence[str]) -> dict[str, Any]:
+    """The P(yes) threshold that agrees best with `gold` (yes/no labels): the highest kappa, then accuracy.
+
+    Candidates are 0.5 and the midpoints between consecutive distinct probabilities; items without a
+    probability (the answer's text was read) are left out. Returns {"threshold", "kappa", "accuracy",
+    "yes_rate_negatives", "items"} for the chosen threshold, measured on the same items (calibrate on
+    the dev split, report on test).
+    """
+    pairs = [(p, g) for p, g in zip(p_yes, gold, strict=True) if p is not None]
+    if not pairs:
+        raise ValueError("no item has a probability to calibrate on")
+    values = sorted({p for p, _ in pairs})
+    candidates = {0.5, *((a + b) / 2 for a, b in zip(values, values[1:], strict=False))}
+    candidates |= {values[0] / 2, (values[-1] + 1) / 2}
+
+    def figures(threshold: float) -> dict[str, Any]:
+        said = ["yes" if p >= threshold else "no" for p, _ in pairs]
+        truth = [g for _, g in pairs]
+        negatives = [s for s, g in zip(said, truth, strict=True) if g != "yes"]
+        return {
+            "threshold": round(threshold, 4),
+            "kappa": _kappa(truth, said),
+            "accuracy": sum(s == g for s, g in zip(said, truth, strict=True)) / len(pairs),
+            "yes_rate_negatives": negatives.count("yes") / len(negatives) if negatives else None,
+            "items": len(pairs),
+        }
+
+    scored = [figures(t) for t in sorted(candidates) if 0 < t < 1]
+    return max(
+        scored, key=lambda f: (f["kappa"] if f["kappa"] is not None else -2, f["accuracy"], -abs(f["threshold"] - 0.5))
+    )
+
+
 def judge_identity(client: Any) -> dict[str, Any]:
     """What identifies a judge for the audit cache: backend, server, model and sampling settings."""
     describe = getattr(client, "describe", None)
@@ -642,6 +676,7 @@ async def _run_suite(
     in_group = {g: [i for i in items if g in (i.group, *i.tags)] for g in groups}
     out: dict[str, Any] = {
         "mode": mode,
+        **({"threshold": scorer.judge.threshold} if mode == "probability" else {}),
         "prompt_version": _prompt_version(scorer),
         **measure(items, predicted),
         "calls": once.sent,
