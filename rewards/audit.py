@@ -493,8 +493,17 @@ class _OnceClient:
         return await self._answers[key]
 
 
-def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | None = None) -> Any:
-    """The scorer an env of this suite builds around an LLM judge, with the gold set's FlexBench dimensions."""
+def build_scorer(
+    suite: str,
+    client: Any,
+    mode: str,
+    gold: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """The scorer an env of this suite builds around an LLM judge, with the gold set's FlexBench dimensions.
+
+    `judge_options` go to the checklist judge (e.g. `threshold` for probability mode).
+    """
     if mode not in SUITE_MODES[suite]:
         raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
     if suite == "evolif":
@@ -505,7 +514,7 @@ def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | N
     if suite in ("structflow", "structflow_real"):
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
 
-        return StructFlowScorer(ChecklistJudge(client, mode=mode))
+        return StructFlowScorer(ChecklistJudge(client, mode=mode, **dict(judge_options or {})))
     from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
 
     section = (gold if gold is not None else load_gold())["flexbench"]
@@ -648,9 +657,10 @@ async def _run_suite(
     gold: Mapping[str, Any],
     split: str = "test",
     real: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     once = _OnceClient(client)
-    scorer = build_scorer(suite, once, mode, gold)
+    scorer = build_scorer(suite, once, mode, gold, judge_options if suite.startswith("structflow") else None)
     todo = probes(suite, short, gold, split=split, real=real)
     started = time.perf_counter()
     predicted: dict[str, str] = {}
@@ -733,12 +743,14 @@ def audit(
     gold: Mapping[str, Any] | None = None,
     split: str = "test",
     real: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the gold set's `suites` through `client` as a judge; the report `format_report` prints.
 
     `modes` gives each suite's judge mode (default: `DEFAULT_MODES`); `gold` another gold set in the
     shipped file's format (default: the shipped one); `real` another real suite, `split` its split
-    (dev, test or all; `short` overrides it with the short set of test turns). `floor` applies to
+    (dev, test or all; `short` overrides it with the short set of test turns); `judge_options` go to
+    the checklist judges (e.g. `{"threshold": 0.6}` in probability mode). `floor` applies to
     every suite (default: `REAL_FLOOR` for the real suite, `FLOOR` for the others). Returns
     `{"schema", "judge", "set", "gold_version", "floor", "suites": {suite: numbers}, "passed": {suite:
     bool}, "failures": {suite: [...]}, "calls", "seconds"}`.
@@ -748,7 +760,17 @@ def audit(
     results: dict[str, Any] = {}
     for suite in suites:
         results[suite] = asyncio.run(
-            _run_suite(suite, client, modes[suite], short, progress, gold_set, split=split, real=real)
+            _run_suite(
+                suite,
+                client,
+                modes[suite],
+                short,
+                progress,
+                gold_set,
+                split=split,
+                real=real,
+                judge_options=judge_options,
+            )
         )
     floors = {s: floor or (REAL_FLOOR if s == "structflow_real" else FLOOR) for s in suites}
     failures = {s: floors[s].failures(r) for s, r in results.items()}
