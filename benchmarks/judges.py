@@ -202,7 +202,10 @@ def main_real(args: argparse.Namespace) -> list[dict]:
         config = {"base_url": args.base_url, "model": args.model, "temperature": 0.0}
     else:
         config = {"embedded_model": "qwen2.5-coder-1.5b", "n_ctx": 8192, "temperature": 0.0}
-    client = make_client(config, "judge")
+    from ifgym.llm import CallCache
+
+    # a call cache: probability mode's calibration pass and its dev audit ask the same prompts; re-runs are free
+    client = make_client(config, "judge", cache=CallCache(args.cache) if args.cache else None)
     real = capped_real(args.per_model)
     keys = ["mode", "split", "turns", "items", "rule items", "agreement", "kappa", "yes on no", "no on yes", "unknown"]
     keys += ["calls/item", "prompt tok/item", "compl. tok/item", "s"]
@@ -225,6 +228,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
     parser.add_argument("--base-url", default=None, help="a served judge instead of the embedded model (--real)")
     parser.add_argument("--model", default=None, help="the served judge's model name (--real)")
     parser.add_argument("--progress", action="store_true", help="progress bars (--real)")
+    parser.add_argument("--cache", default=None, help="a call-cache folder for the judge's calls (--real)")
     args = parser.parse_args(argv)
     if args.real:
         return main_real(args)

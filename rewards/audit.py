@@ -22,8 +22,9 @@ replay is (earlier turns are the golden ones the benchmark's judge saw; question
 what they can). Per constraint type (`type/...`) and turn relation (`relation/...`) it reports the
 numbers above, the no-rate on the reference's "yes" items, and bootstrap intervals over turns
 (`ifgym.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
-turns) with the hand-written suite, and its own floor (`REAL_FLOOR`) refuses a judge that says "yes"
-to most of the reference's "no" items. `REAL_MATERIAL` says what real verdicts exist for the other
+turns) with the hand-written suite, and its own floor (`REAL_FLOOR`: agreement >= 0.85, kappa >= 0.6,
+"yes" to at most a quarter of the reference's "no" items) refuses a judge below it, one that says "yes"
+to most of those items first of all. `REAL_MATERIAL` says what real verdicts exist for the other
 suites' judges (none that ifgym can use).
 
 Injection variants append text to a negative case that tells the judge to pass it (naming the
@@ -154,10 +155,11 @@ class Floor:
 
 
 FLOOR = Floor()
-# On real replies: agreement with the benchmark's judge, chance-corrected, and "yes" to at most half its "no" items.
-REAL_FLOOR = Floor(accuracy=0.75, yes_rate_negatives=0.5, kappa=0.4)
-# What the issue asks of a checklist judge on the real test split (reported beside the floor, not enforced).
+# On real replies, what a checklist judge must show to be used without judge.trust=true: agreement with the
+# benchmark's judge, chance-corrected agreement, and "yes" to at most a quarter of the reference's "no" items.
+# A judge that cannot reach it (the embedded 1.5B model, measured in the README) is refused by default.
 REAL_GOAL = {"accuracy": 0.85, "kappa": 0.6, "yes_rate_negatives": 0.25}
+REAL_FLOOR = Floor(**REAL_GOAL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -930,6 +932,6 @@ def real_line(numbers: Mapping[str, Any]) -> str:
                 figure("no_rate_positives", "no on its yes"),
             )
         )
-        + f"; goal agreement >= {REAL_GOAL['accuracy']}, kappa >= {REAL_GOAL['kappa']}, "
+        + f"; floor agreement >= {REAL_GOAL['accuracy']}, kappa >= {REAL_GOAL['kappa']}, "
         f"yes on its no <= {REAL_GOAL['yes_rate_negatives']}"
     )
