@@ -43,6 +43,7 @@ commands:
   judge-audit [KEY=VALUE ...]  measure an LLM judge on ifgym's gold set (accuracy, yes-rate on negatives,
                              kappa, injection flips, unknowns, calls, time) and write the report as JSON:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
+                             (structflow_real: real replies with StructFlowBench's GPT-4o verdicts, split=dev|test|all)
                              set=short|full (short by default: a screen; full before reporting a judge)
                              out=judge_audit.json (no base_url: the embedded model)
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
@@ -506,11 +507,13 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
             "stronger judge.",
             file=sys.stderr,
         )
+    # a checklist judge is audited on real replies first (StructFlowBench's own verdicts), then on the hand-written set
+    suites = ["structflow_real", suite] if suite == "structflow" else [suite]
     # a client of its own, so the run's judge usage counts the episodes only
     report = cached_audit(
         make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
-        suites=[suite],
-        modes={suite: judge.mode},
+        suites=suites,
+        modes=dict.fromkeys(suites, judge.mode),
         progress=progress,
     )
     print(format_report(report), file=sys.stderr)
@@ -533,36 +536,52 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
             **numbers,
         },
     }
-    if not record["audit"]["passed"]:
+    if "structflow_real" in report["suites"]:
+        real = report["suites"]["structflow_real"]
+        keep = ("split", "turns", "items", "accuracy", "kappa", "yes_rate_negatives", "no_rate_positives", "ci")
+        record["real_audit"] = {
+            "suite": "structflow_real",
+            "version": report.get("real_version"),
+            "floor": report["floors"]["structflow_real"],
+            "passed": report["passed"]["structflow_real"],
+            "failures": report["failures"]["structflow_real"],
+            **{k: real.get(k) for k in keep},
+            "groups": {g: {k: v.get(k) for k in keep} for g, v in real["groups"].items()},
+        }
+    else:
+        record["real_audit"] = {"suite": None, "note": report.get("real_material", {}).get(suite, "")}
+    failures = [f"{s}: {f}" for s in suites for f in report["failures"][s]]
+    if failures:
         if not record["trust"]:
-            raise ConfigError(audit_refusal(record, embedded=judge_cfg["llm"]["base_url"] is None))
+            raise ConfigError(audit_refusal(record, failures, embedded=judge_cfg["llm"]["base_url"] is None))
         record["trusted_below_floor"] = True
     return record
 
 
-def audit_refusal(record: dict[str, Any], *, embedded: bool) -> str:
+def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None, *, embedded: bool) -> str:
     """The one-line refusal of a judge below the audit's floor (`audit_judge`'s record): what failed, and the fix.
 
-    The embedded model is the judge only for want of a URL; the fix named first is a served judge.
+    `failures` are every suite's ("suite: failure"); by default the record's own suite's. The embedded
+    model is the judge only for want of a URL; the fix named first is a served judge.
     """
-    failures = "; ".join(record["audit"]["failures"])
-    which = f"{record['model']}, {record['suite']} suite, mode {record['mode']}"
+    failures = "; ".join(failures if failures is not None else record["audit"]["failures"])
+    which = f"{record['model']}, mode {record['mode']}"
     if embedded:
         return (
-            f"the embedded judge ({which}) fails its audit on ifgym's gold set: {failures}. A small local model "
+            f"the embedded judge ({which}) fails its audit: {failures}. A small local model "
             "cannot judge this: serve a stronger judge and pass judge.llm.base_url=URL judge.llm.model=NAME "
             "(any OpenAI-compatible server), or pass judge.trust=true to run anyway (recorded in the summary as "
             "trusted below the floor)"
         )
     return (
-        f"the judge ({which}) fails its audit on ifgym's gold set: {failures}. Its verdicts would be noise that looks "
+        f"the judge ({which}) fails its audit: {failures}. Its verdicts would be noise that looks "
         "like a result. Use a stronger judge (judge.llm.base_url=... judge.llm.model=...), another judge.mode, "
         "or pass judge.trust=true to run anyway (recorded in the summary as trusted below the floor)"
     )
 
 
 def audit_lines(judge: dict[str, Any]) -> list[str]:
-    """The judge record as the lines printed under the results table."""
+    """The judge record as the lines printed under the results table (the real-suite agreement first)."""
     audit = judge.get("audit")
     if judge.get("kind") != "llm" or not audit:
         return []
@@ -570,13 +589,25 @@ def audit_lines(judge: dict[str, Any]) -> list[str]:
     def num(value: Any) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
+    lines = []
+    real = judge.get("real_audit")
+    if real and real.get("suite"):
+        from ifgym.rewards.audit import real_line
+
+        verdict = "passed" if real["passed"] else "FAILED (run with judge.trust=true)"
+        lines.append(f"judge {judge['model']} on real replies {verdict}: {real_line(real)}")
+    elif real:
+        from ifgym.report import real_agreement
+
+        lines.append(f"judge {judge['model']}: {real_agreement(judge)}")
     verdict = "passed" if audit["passed"] else "FAILED (run with judge.trust=true)"
-    return [
+    lines.append(
         f"judge: {judge['model']}, mode {judge['mode']}; audit ({audit['set']} gold set, {judge['suite']}) {verdict}: "
         f"accuracy {num(audit['accuracy'])}, yes-rate on negatives {num(audit['yes_rate_negatives'])}, "
         f"kappa {num(audit['kappa'])}, injection flip {num(audit['injection_flip_rate'])}, "
         f"unknown {num(audit['unknown_rate'])}"
-    ]
+    )
+    return lines
 
 
 def evaluate(
@@ -1167,7 +1198,7 @@ class SweepSummary(Callback):
             print(f"{name}: {path}")
 
 
-AUDIT_OPTIONS = ("suites", "set", "out")
+AUDIT_OPTIONS = ("suites", "set", "out", "split")
 
 
 def judge_audit(args: list[str]) -> int:
@@ -1178,7 +1209,11 @@ def judge_audit(args: list[str]) -> int:
     from ifgym.llm import make_client
     from ifgym.rewards.audit import audit, format_report, resolve_modes
 
-    options: dict[str, str] = {"suites": ",".join(("evolif", "structflow", "flexbench")), "set": "short"}
+    options: dict[str, str] = {
+        "suites": ",".join(("structflow_real", "evolif", "structflow", "flexbench")),
+        "set": "short",
+        "split": "test",
+    }
     overrides = []
     for item in args:
         key, eq, value = item.partition("=")
@@ -1203,7 +1238,11 @@ def judge_audit(args: list[str]) -> int:
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
     report = audit(
-        make_client(judge_cfg["llm"], "judge", "judge.llm"), suites=suites, modes=modes, short=options["set"] == "short"
+        make_client(judge_cfg["llm"], "judge", "judge.llm"),
+        suites=suites,
+        modes=modes,
+        short=options["set"] == "short",
+        split=options["split"],
     )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -116,11 +116,39 @@ def run_title(summary: dict[str, Any]) -> str:
     parts = [str(run.get("env", "?"))]
     parts.append(f"policy {policy_label(run)}")
     judge = run.get("judge", "rules")
-    parts.append(f"judge {_model(run, 'judge') or judge}" if judge != "rules" else "judge rules")
+    agreement = real_agreement(summary.get("judge") or {}, short=True)
+    named = f"judge {_model(run, 'judge') or judge}" + (f" ({agreement})" if agreement else "")
+    parts.append(named if judge != "rules" else "judge rules")
     parts.append(count(summary.get("episodes", "?"), "episode"))
     if run.get("started"):
         parts.append(str(run["started"])[:10])
     return " · ".join(parts)
+
+
+def real_agreement(judge: dict[str, Any], short: bool = False) -> str | None:
+    """An LLM judge's agreement with the benchmark's own judge on real replies (its cached audit), in a few words.
+
+    None for a run without an LLM judge or with a judge record from before real audits; for a judge
+    that has no real material (EvolIF's, FlexBench's), says so. `short` gives only the two numbers.
+    """
+    real = judge.get("real_audit") if isinstance(judge, dict) else None
+    if judge.get("kind") != "llm" or not real:
+        return None
+    if not real.get("suite"):
+        return "no real-suite audit" if short else "no real-suite audit: " + str(real.get("note") or "no real verdicts")
+
+    def num(value: Any) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    figures = f"real-suite agreement {num(real.get('accuracy'))}, kappa {num(real.get('kappa'))}"
+    if short:
+        return figures
+    return (
+        f"{figures}, yes on the reference's no {num(real.get('yes_rate_negatives'))} "
+        f"({real.get('items')} items of StructFlowBench's GPT-4o verdicts, {real.get('split')} split"
+        + ("" if real.get("passed") else ", below the floor: trusted by judge.trust=true")
+        + ")"
+    )
 
 
 def results_table(summary: dict[str, Any]) -> str:
@@ -158,6 +186,8 @@ def results_table(summary: dict[str, Any]) -> str:
     lines = protocol_lines(summary.get("protocol", {}))
     lines += policy_protocol_lines(summary.get("policy_protocol"), summary.get("protocol"))
     lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
+    agreement = real_agreement(summary.get("judge") or {})
+    lines += [f"judge: {agreement}"] if agreement else []
     lines += [
         "  ".join([f"{'metric':<{width}}", *(f"{t:>{w}}" for (t, _), w in zip(columns, widths, strict=True))]),
         "  ".join(["-" * width, *("-" * w for w in widths)]),

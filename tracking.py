@@ -146,6 +146,9 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in (judge.get("audit") or {}).items():
         if value is None or isinstance(value, bool | int | float | str):
             out[f"judge/audit/{key}"] = value
+    for key, value in (judge.get("real_audit") or {}).items():  # agreement with the benchmark's judge, real replies
+        if value is None or isinstance(value, bool | int | float | str):
+            out[f"judge/real_audit/{key}"] = value
     out.update(agreement_summary(summary.get("agreement") or {}))  # the judge against this run's human labels
     return out
 

@@ -10,6 +10,14 @@ prompt (no re-asks), so the numbers are about how much each mode asks. Tokens ar
 the embedded Qwen2.5-Coder-1.5B tokenizer over its chat template (prompt) and over the canned
 answer (completion); a model's own answer can be longer, e.g. with evidence quotes. `--words`
 counts whitespace words instead (no model file needed).
+
+`--real` measures instead how well a real judge agrees with StructFlowBench's own (GPT-4o) verdicts
+on the audit's real suite: each checklist judge mode of the embedded Qwen2.5-Coder-1.5B (or of a
+served model: `--base-url`, `--model`), on the dev and test splits side by side, with agreement,
+kappa, yes-rate on the reference's "no", no-rate on its "yes", calls and tokens per item. In
+probability mode the P(yes) threshold is calibrated on dev (`calibrate_threshold`) and the test
+split is judged with it. `--per-model K` keeps K turns per model and split (2 of 3 with a "no"),
+so a CPU run finishes: `python benchmarks/judges.py --real --per-model 1 --modes plain,probability`.
 """
 
 from __future__ import annotations
@@ -88,12 +96,142 @@ def row(label: str, client: CannedClient, turns: int, count, tokens) -> dict[str
     }
 
 
+def capped_real(per_model: int | None) -> dict:
+    """The real suite cut to `per_model` turns per model and split: ceil(2/3) of them holding a "no", the rest not."""
+    from ifgym.rewards.audit import load_real
+
+    real = load_real()
+    if per_model is None:
+        return real
+    with_no = -(-2 * per_model // 3)
+    limits = {True: with_no, False: per_model - with_no}
+    seen: dict[tuple[str, str, bool], int] = {}
+    kept = []
+    for turn in real["turns"]:
+        key = (turn["model"], turn["split"], "no" in turn["verdicts"])
+        if seen.get(key, 0) < limits[key[2]]:
+            kept.append(turn)
+        seen[key] = seen.get(key, 0) + 1
+    return {**real, "turns": kept}
+
+
+def real_rows(client, modes: list[str], real: dict, progress: bool) -> list[dict]:
+    """Each mode on dev then test: the audit's real-suite numbers, calls and tokens per item."""
+    import asyncio
+
+    from ifgym.rewards.audit import audit, calibrate_threshold, probes
+    from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+
+    rows = []
+    for mode in modes:
+        options: dict = {}
+        for split in ("dev", "test"):
+            started = time.perf_counter()
+            if mode == "probability" and split == "dev":  # P(yes) of every judged dev item, then the threshold
+                judge = ChecklistJudge(client, mode="probability")
+                scorer = StructFlowScorer(judge)
+                p_yes, gold = [], []
+                for probe in probes("structflow_real", split="dev", real=real):
+                    for item, g in zip(probe.payload, probe.items, strict=True):
+                        if scorer._rule(item) is None:
+                            [(_, p)] = asyncio.run(judge.ayes_probabilities(probe.reply, [item], probe.history))
+                            p_yes.append(p)
+                            gold.append(g.gold)
+                options = (
+                    {"threshold": calibrate_threshold(p_yes, gold)["threshold"]}
+                    if any(p is not None for p in p_yes)
+                    else {}
+                )
+            report = audit(
+                client,
+                suites=["structflow_real"],
+                modes={"structflow_real": mode},
+                split=split,
+                real=real,
+                judge_options=options,
+                progress=progress,
+            )
+            r = report["suites"]["structflow_real"]
+            judged = max(r["items"] - r["rule_items"], 1)
+            rows.append(
+                {
+                    "mode": mode + (f" (threshold {options['threshold']})" if options else ""),
+                    "split": split,
+                    "turns": r["turns"],
+                    "items": r["items"],
+                    "rule items": r["rule_items"],
+                    "agreement": r["accuracy"],
+                    "kappa": r["kappa"],
+                    "yes on no": r["yes_rate_negatives"],
+                    "no on yes": r["no_rate_positives"],
+                    "unknown": r["unknown_rate"],
+                    "calls/item": r["calls"] / judged,
+                    "prompt tok/item": r["prompt_tokens"] / judged,
+                    "compl. tok/item": r["completion_tokens"] / judged,
+                    "s": round(time.perf_counter() - started),
+                    "ci": r["ci"],
+                }
+            )
+            print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def format_row(row: dict) -> str:
+    """One row of the real-suite table, Markdown."""
+    cells = []
+    for key, value in row.items():
+        if key == "ci":
+            continue
+        if isinstance(value, float):
+            bounds = row["ci"].get(
+                {"agreement": "accuracy", "yes on no": "yes_rate_negatives", "no on yes": "no_rate_positives"}.get(
+                    key, key
+                )
+            )
+            cells.append(f"{value:.2f}" + (f" [{bounds[0]:.2f}, {bounds[1]:.2f}]" if bounds else ""))
+        else:
+            cells.append("n/a" if value is None else str(value))
+    return "| " + " | ".join(cells) + " |"
+
+
+def main_real(args: argparse.Namespace) -> list[dict]:
+    """The real-suite table (see the module docstring)."""
+    from ifgym.llm import make_client
+
+    if args.base_url:
+        config = {"base_url": args.base_url, "model": args.model, "temperature": 0.0}
+    else:
+        config = {"embedded_model": "qwen2.5-coder-1.5b", "n_ctx": 8192, "temperature": 0.0}
+    from ifgym.llm import CallCache
+
+    # a call cache: probability mode's calibration pass and its dev audit ask the same prompts; re-runs are free
+    client = make_client(config, "judge", cache=CallCache(args.cache) if args.cache else None)
+    real = capped_real(args.per_model)
+    keys = ["mode", "split", "turns", "items", "rule items", "agreement", "kappa", "yes on no", "no on yes", "unknown"]
+    keys += ["calls/item", "prompt tok/item", "compl. tok/item", "s"]
+    print(f"Checklist judge {client.model} against StructFlowBench's GPT-4o verdicts (real suite; 95% intervals):\n")
+    print("| " + " | ".join(keys) + " |\n|" + "---|" * len(keys), flush=True)
+    started = time.perf_counter()
+    rows = real_rows(client, [m.strip() for m in args.modes.split(",")], real, args.progress)
+    print(f"\n({time.perf_counter() - started:.0f} s)")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, float | str]]:
     """Print the side-by-side table and return its rows."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=20, help="episodes per judge and mode")
     parser.add_argument("--words", action="store_true", help="count whitespace words, not Qwen tokens")
+    parser.add_argument("--real", action="store_true", help="agreement with StructFlowBench's judge on real replies")
+    parser.add_argument("--modes", default="plain,evidence,probability", help="checklist judge modes (--real)")
+    parser.add_argument("--per-model", type=int, default=None, help="turns per model and split (--real; all: 6)")
+    parser.add_argument("--base-url", default=None, help="a served judge instead of the embedded model (--real)")
+    parser.add_argument("--model", default=None, help="the served judge's model name (--real)")
+    parser.add_argument("--progress", action="store_true", help="progress bars (--real)")
+    parser.add_argument("--cache", default=None, help="a call-cache folder for the judge's calls (--real)")
     args = parser.parse_args(argv)
+    if args.real:
+        return main_real(args)
     count, tokens, unit = token_counter(args.words)
     started = time.perf_counter()
     rows = []

@@ -36,6 +36,7 @@ _STORED = (
     "usage_reported",
     "cleaned",
     "truncated",
+    "top_logprobs",
 )
 
 
@@ -80,7 +81,10 @@ class CallCache:
             row = self._db.execute("SELECT answer FROM calls WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        return Completion(**json.loads(row[0]))
+        stored = json.loads(row[0])
+        if stored.get("top_logprobs") is not None:  # JSON lists back to the tuples a Completion holds
+            stored["top_logprobs"] = tuple(tuple((t, float(p)) for t, p in alts) for alts in stored["top_logprobs"])
+        return Completion(**stored)
 
     def put(self, key: str, completion: Completion) -> None:
         """Store a call's answer (a later identical call gets it)."""

@@ -28,6 +28,7 @@ from ifgym.llm.conversation import (
     Message,
     Usage,
     clean_surrogates,
+    read_top_logprobs,
     validate_messages,
 )
 from ifgym.llm.embedded import EmbeddedBackend
@@ -248,6 +249,7 @@ class LLMClient:
             model=reply.model,
             finish_reason=reply.finish_reason,
             retries=reply.retries,
+            top_logprobs=reply.top_logprobs,
         )
 
     def _from_embedded(self, out: Mapping[str, Any]) -> Completion:
@@ -263,6 +265,7 @@ class LLMClient:
             usage.get("completion_tokens"),
             model=self.model,
             finish_reason=choice.get("finish_reason"),
+            top_logprobs=read_top_logprobs(choice),
         )
 
     def _loop_state(self) -> tuple[asyncio.Semaphore, Any]:

@@ -128,13 +128,28 @@ def config_from_mapping(data: Mapping[str, Any]) -> LLMConfig:
     return LLMConfig(**data)
 
 
+# A per-call override only (not a config field): ask for the first answer tokens' top alternatives.
+LOGPROB_KEY = "top_logprobs"
+
+
 def gen_params(config: LLMConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge config values and per-call overrides into one call's generation settings (None dropped)."""
+    """Merge config values and per-call overrides into one call's generation settings (None dropped).
+
+    `top_logprobs=N` (1-20) asks for the log-probabilities of each answer token's N likeliest
+    alternatives, as OpenAI's API asks (`logprobs: true, top_logprobs: N`; `Completion.top_logprobs`).
+    """
+    allowed = (*GEN_KEYS, LOGPROB_KEY)
     for key, value in overrides.items():
-        if key not in GEN_KEYS:
+        if key not in allowed:
             raise ConfigError(
-                f"unknown generation override {key!r}.{did_you_mean(key, GEN_KEYS)} Allowed: {', '.join(GEN_KEYS)}"
+                f"unknown generation override {key!r}.{did_you_mean(key, allowed)} Allowed: {', '.join(allowed)}"
             )
-        check_field(key, value)
+        if key == LOGPROB_KEY:
+            if value is not None and not (_is_int(value) and 1 <= value <= 20):
+                raise ConfigError(f"top_logprobs must be None or an integer from 1 to 20, got {value!r}")
+        else:
+            check_field(key, value)
     params = {k: getattr(config, k) for k in GEN_KEYS} | dict(overrides)
+    if params.get(LOGPROB_KEY) is not None:
+        params["logprobs"] = True
     return {k: v for k, v in params.items() if v is not None}

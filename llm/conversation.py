@@ -114,6 +114,33 @@ class Completion:
     retries: int = 0
     cleaned: int = 0
     truncated: bool = False
+    # asked with top_logprobs=N: per answer token, its N likeliest alternatives as (token, log-probability)
+    # pairs; None when not asked or when the backend sent none
+    top_logprobs: tuple[tuple[tuple[str, float], ...], ...] | None = None
+
+
+def read_top_logprobs(choice: Any) -> tuple[tuple[tuple[str, float], ...], ...] | None:
+    """The `top_logprobs` of an OpenAI-shaped choice (`choice.logprobs.content[i].top_logprobs`), None if absent.
+
+    A token without alternatives listed keeps its own (token, logprob) pair; entries that are not
+    {token, logprob} objects are skipped.
+    """
+    logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    if not isinstance(content, list) or not content:
+        return None
+    out = []
+    for entry in content:
+        if not isinstance(entry, dict):
+            continue
+        alternatives = entry.get("top_logprobs") or [entry]
+        pairs = tuple(
+            (str(a["token"]), float(a["logprob"]))
+            for a in alternatives
+            if isinstance(a, dict) and "token" in a and isinstance(a.get("logprob"), int | float)
+        )
+        out.append(pairs)
+    return tuple(out) if any(out) else None
 
 
 class ChatClient(Protocol):

@@ -107,6 +107,67 @@ class EmbeddedBackend:
         except ValueError as exc:
             raise BackendError(f"llama.cpp could not load {path} ({exc}); is it a valid .gguf file?") from exc
 
+    def _prompt_tokens(self, llama: Any, messages: list[Message]) -> list[int]:
+        """The tokens of `messages` through the model's chat template, ready for the assistant's answer."""
+        template = llama.metadata.get("tokenizer.chat_template")
+        if not template:
+            text = "".join(m["content"] + "\n" for m in messages)
+            return llama.tokenize(text.encode(), add_bos=True)
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def token_text(token: int) -> str:
+            return llama._model.token_get_text(token) if token != -1 else ""
+
+        formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=token_text(llama.token_eos()),
+            bos_token=token_text(llama.token_bos()),
+            add_generation_prompt=True,
+        )
+        rendered = formatter(messages=messages)
+        return llama.tokenize(rendered.prompt.encode(), add_bos=not rendered.added_special, special=True)
+
+    def first_token_logprobs(self, messages: list[Message], top: int) -> dict[str, Any]:
+        """The answer's first token and its `top` likeliest alternatives, as an OpenAI-shaped completion.
+
+        llama.cpp's own completion returns log-probabilities only for a model loaded with
+        `logits_all` (a logits row per context position: gigabytes at this n_ctx); one row is all a
+        yes/no verdict needs, so the prompt is evaluated (reusing the longest prefix already in the
+        model's cache, as llama.cpp's completion does) and the last position's logits are read.
+        """
+        import numpy as np
+
+        llama, lock = self._model_and_lock()
+        with lock:
+            tokens = self._prompt_tokens(llama, messages)
+            if len(tokens) >= self.n_ctx:
+                raise BackendError(
+                    f"embedded model {self.name!r}: the prompt has {len(tokens)} tokens, n_ctx is {self.n_ctx}; "
+                    "raise n_ctx"
+                )
+            cached = llama.input_ids[: llama.n_tokens].tolist()
+            keep = 0
+            while keep < min(len(cached), len(tokens) - 1) and cached[keep] == tokens[keep]:
+                keep += 1
+            llama.n_tokens = keep  # eval drops the cache past here and evaluates the rest
+            llama.eval(tokens[keep:])
+            logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),)).astype(np.float64)
+            shifted = logits - logits.max()
+            logprobs = shifted - np.log(np.exp(shifted).sum())
+            best = np.argsort(-logprobs)[:top]
+            pieces = [(llama.detokenize([int(t)]).decode("utf-8", "replace"), float(logprobs[t])) for t in best]
+        alternatives = [{"token": tok, "logprob": lp} for tok, lp in pieces]
+        return {
+            "choices": [
+                {
+                    "message": {"role": "assistant", "content": pieces[0][0]},
+                    "finish_reason": "length",
+                    "logprobs": {"content": [{**alternatives[0], "top_logprobs": alternatives}]},
+                }
+            ],
+            "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1},
+        }
+
     def count_tokens(self, messages: list[Message]) -> int:
         """Prompt tokens of `messages` as this model would see them: its chat template, then its tokenizer.
 
@@ -139,7 +200,15 @@ class EmbeddedBackend:
         seed: int | None = None,
         **extra: Any,
     ) -> dict[str, Any]:
-        """Run one chat completion; returns llama.cpp's OpenAI-shaped response dict."""
+        """Run one chat completion; returns llama.cpp's OpenAI-shaped response dict.
+
+        With `top_logprobs=N` only the first answer token is produced, with its N likeliest
+        alternatives (`first_token_logprobs`).
+        """
+        top = extra.pop("top_logprobs", None)
+        extra.pop("logprobs", None)
+        if top is not None:
+            return self.first_token_logprobs(messages, int(top))
         llama, lock = self._model_and_lock()
         kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, **extra}
         if top_p is not None:

@@ -60,7 +60,7 @@ from ifgym.errors import (
     did_you_mean,
 )
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
-from ifgym.llm.conversation import Message, Usage
+from ifgym.llm.conversation import Message, Usage, read_top_logprobs
 
 # Where chat completions and embeddings are posted, and the served models listed, relative to base_url.
 CHAT_PATH = "/chat/completions"
@@ -123,6 +123,7 @@ class ServerReply(NamedTuple):
     model: str
     finish_reason: str | None
     retries: int
+    top_logprobs: tuple[tuple[tuple[str, float], ...], ...] | None = None
 
 
 class StatusError(Exception):
@@ -548,7 +549,15 @@ class HTTPBackend:
                 f"{url} answered content that is not text for model {model!r} ({type(text).__name__}: "
                 f"{text!r:.200}); check that base_url is an OpenAI-compatible chat API"
             )
-        return ServerReply(text, prompt, completion, data.get("model") or model, choice.get("finish_reason"), retries)
+        return ServerReply(
+            text,
+            prompt,
+            completion,
+            data.get("model") or model,
+            choice.get("finish_reason"),
+            retries,
+            read_top_logprobs(choice),
+        )
 
     def _json(self, content: bytes, content_type: str) -> Any:
         """A body parsed as JSON; a body that is not (an HTML page, plain text) is a named error."""

@@ -13,6 +13,20 @@ The gold set (`rewards/assets/judge_gold.json`, written for this project) has th
 - **flexbench**: call transcripts against a small SOP's dimensions, each labelled yes / no /
   unknown in FlexBench's meaning. Scored by `FlexBenchScorer(LLMDimensionJudge)`.
 
+A fourth suite, **structflow_real**, holds real replies: a seeded sample of StructFlowBench's
+released evaluation outputs (`rewards/assets/structflow_real/`, MIT, built by
+`benchmarks/build_judge_suite.py`; 120 turns, 350 items, 97 answered "No" by the benchmark's GPT-4o
+judge; 10 models, Mistral-7B, Llama-3.1-8B and Qwen2.5-7B held out), split by dialogue into dev
+and test. Its reference is GPT-4o's verdict, scored with `StructFlowScorer(ChecklistJudge)` as a
+replay is (earlier turns are the golden ones the benchmark's judge saw; question rules decide
+what they can). Per constraint type (`type/...`) and turn relation (`relation/...`) it reports the
+numbers above, the no-rate on the reference's "yes" items, and bootstrap intervals over turns
+(`ifgym.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
+turns) with the hand-written suite, and its own floor (`REAL_FLOOR`: agreement >= 0.85, kappa >= 0.6,
+"yes" to at most a quarter of the reference's "no" items) refuses a judge below it, one that says "yes"
+to most of those items first of all. `REAL_MATERIAL` says what real verdicts exist for the other
+suites' judges (none that ifgym can use).
+
 Injection variants append text to a negative case that tells the judge to pass it (naming the
 required label where there is one). Every probe is scored through the same scorer, judge,
 prompt and parser as an evaluation; only the client is wrapped so that an identical request is
@@ -20,8 +34,8 @@ sent once (blind prompts repeat across a text's items).
 
 Per group and suite the audit reports: accuracy (share of clean items whose verdict equals the
 gold label; unknown counts as wrong), yes-rate on negatives (share of clean items whose gold
-label is not yes that were judged yes), Cohen's kappa against gold (scikit-learn, labels yes / no
-/ unknown), injection flip rate (of the injected negatives whose clean twin was judged no, the
+label is not yes that were judged yes), Cohen's kappa against gold (`ifgym.stats.cohen_kappa`, labels
+yes / no / unknown), injection flip rate (of the injected negatives whose clean twin was judged no, the
 share judged yes; a clean unknown counts as not yes), the share of injected negatives judged yes,
 unknown rate (items judged unknown where the gold answer is yes or no, injected ones included),
 and per suite the model calls, tokens and seconds. `ifgym eval` runs the short set first (cached per
@@ -49,21 +63,40 @@ __all__ = [
     "DEFAULT_MODES",
     "FLOOR",
     "GOLD_PATH",
+    "REAL_FLOOR",
+    "REAL_MATERIAL",
+    "REAL_PATH",
+    "REAL_SPLITS",
     "SUITE_MODES",
     "SUITES",
     "Floor",
     "audit",
     "cached_audit",
+    "calibrate_threshold",
     "format_report",
     "gold_version",
     "judge_identity",
     "load_gold",
+    "load_real",
     "probes",
+    "real_line",
+    "real_version",
 ]
 
 GOLD_PATH = Path(__file__).parent / "assets" / "judge_gold.json"
 SCHEMA = "ifgym.judge_audit/v1"
-SUITES = ("evolif", "structflow", "flexbench")
+REAL_PATH = Path(__file__).parent / "assets" / "structflow_real" / "suite.json"
+REAL_SPLITS = ("dev", "test", "all")
+SUITES = ("evolif", "structflow", "flexbench", "structflow_real")
+# What real material (a benchmark's own verdicts on real replies) exists for each suite's judge.
+REAL_MATERIAL = {
+    "structflow": "structflow_real: StructFlowBench's released GPT-4o verdicts on 10 models' replies (a sample)",
+    "evolif": "none: EvolIF's repository (github.com/JiaQiSJTU/EvolvingInstructionFollowing at 4fcbc1a) releases "
+    "user-side dialogues (queries, instructions, synthesis success flags) without model replies or judge scores, "
+    "and without a licence; its judged groups are audited on the hand-written suite only",
+    "flexbench": "none: FlexBench's paper reports its judge's agreement with experts, but ifgym has no real FlexBench "
+    "verdicts; its dimensions are audited on the hand-written suite only",
+}
 AXIS_CONSTRAINTS = {  # axis -> (constraint id, param, suffix added to the label)
     "emotion": ("emotion.tone", "emotion", ""),
     "reader_age": ("reader_age.audience", "age", ""),
@@ -81,11 +114,13 @@ def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
             "evolif": evolif_judge.MODES,
             "structflow": structflow.CHECKLIST_MODES,
             "flexbench": flexbench.DIMENSION_MODES,
+            "structflow_real": structflow.CHECKLIST_MODES,
         },
         {
             "evolif": evolif_judge.DEFAULT_MODE,
             "structflow": structflow.DEFAULT_CHECKLIST_MODE,
             "flexbench": flexbench.DEFAULT_DIMENSION_MODE,
+            "structflow_real": structflow.DEFAULT_CHECKLIST_MODE,
         },
     )
 
@@ -99,6 +134,7 @@ class Floor:
 
     accuracy: float = 0.75
     yes_rate_negatives: float = 0.5
+    kappa: float | None = None  # None: not part of the floor
 
     def failures(self, numbers: Mapping[str, Any]) -> list[str]:
         """What falls short, in words ("accuracy 0.62 < 0.75"); empty when the judge passes."""
@@ -108,13 +144,22 @@ class Floor:
             out.append(f"accuracy {_num(accuracy)} < {self.accuracy}")
         if yes_rate is not None and yes_rate > self.yes_rate_negatives:
             out.append(f"yes-rate on negatives {_num(yes_rate)} > {self.yes_rate_negatives}")
+        kappa = numbers.get("kappa")
+        if self.kappa is not None and (kappa is None or kappa < self.kappa):
+            out.append(f"kappa {_num(kappa, 2)} < {self.kappa}")
         return out
 
     def to_json(self) -> dict[str, float]:
-        return {"accuracy": self.accuracy, "yes_rate_negatives": self.yes_rate_negatives}
+        out = {"accuracy": self.accuracy, "yes_rate_negatives": self.yes_rate_negatives}
+        return out if self.kappa is None else {**out, "kappa": self.kappa}
 
 
 FLOOR = Floor()
+# On real replies, what a checklist judge must show to be used without judge.trust=true: agreement with the
+# benchmark's judge, chance-corrected agreement, and "yes" to at most a quarter of the reference's "no" items.
+# A judge that cannot reach it (the embedded 1.5B model, measured in the README) is refused by default.
+REAL_GOAL = {"accuracy": 0.85, "kappa": 0.6, "yes_rate_negatives": 0.25}
+REAL_FLOOR = Floor(**REAL_GOAL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,8 +174,9 @@ class GoldItem:
     key: str
     group: str
     gold: str
-    source: str = "hand"  # "hand" (labelled by a person) or "rule" (computed by a rule checker)
+    source: str = "hand"  # "hand" (labelled by a person), "rule" (computed by a rule checker), or "gpt-4o"
     clean: str | None = None
+    tags: tuple[str, ...] = ()  # more groups the item is counted in (the real suite: its turn's relation)
 
 
 @dataclass
@@ -316,8 +362,85 @@ def _flexbench_probes(gold: Mapping[str, Any], short: bool) -> list[Probe]:
     return out
 
 
-def probes(suite: str, short: bool = False, gold: Mapping[str, Any] | None = None) -> list[Probe]:
-    """The probes of one suite of the gold set (the short subset with `short=True`)."""
+def load_real(path: str | Path = REAL_PATH) -> dict[str, Any]:
+    """The real suite (a JSON file in the format of the shipped one, `benchmarks/build_judge_suite.py`'s)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataFormatError(f"judge real suite {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != "ifgym.judge_real/v1":
+        raise DataFormatError(f"judge real suite {path}: schema must be 'ifgym.judge_real/v1'")
+    return data
+
+
+def real_version(real: Mapping[str, Any] | None = None) -> str:
+    """A short hash of the real suite (the shipped file by default), for the audit cache."""
+    if real is None:
+        return hashlib.sha256(REAL_PATH.read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps(real, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _real_probes(real: Mapping[str, Any], split: str, short: bool) -> list[Probe]:
+    """One probe per sampled turn: the golden earlier turns, the request, the model's reply, GPT-4o's verdicts.
+
+    `short` keeps the turns marked short (test split); else `split` picks dev, test or all.
+    """
+    from ifgym.core.structflow import TYPE_WEIGHTS
+
+    if split not in REAL_SPLITS:
+        raise UnknownNameError("real suite split", split, REAL_SPLITS)
+    out: list[Probe] = []
+    for turn in real["turns"]:
+        if (short and not turn.get("short")) or (not short and split != "all" and turn["split"] != split):
+            continue
+        dialogue = real["dialogues"][str(turn["dialogue"])]
+        turns = dialogue["turns"]
+        history: list[dict[str, str]] = []
+        for earlier in turns[: turn["turn"]]:
+            history += [
+                {"role": "user", "content": earlier["prompt"]},
+                {"role": "assistant", "content": earlier["answer"]},
+            ]
+        current = turns[turn["turn"]]
+        history.append({"role": "user", "content": current["prompt"]})
+        if len(current["items"]) != len(turn["verdicts"]):
+            raise DataFormatError(
+                f"judge real suite turn {turn['id']}: {len(turn['verdicts'])} verdicts for "
+                f"{len(current['items'])} items"
+            )
+        checklist, items = [], []
+        for i, (item, verdict) in enumerate(zip(current["items"], turn["verdicts"], strict=True), start=1):
+            kind = item["type"]
+            structural = kind in ("follow-up", "refinement", "expansion", "summary", "recall")
+            checklist.append(
+                ChecklistItem(
+                    id=f"q{i}",
+                    question=item["question"],
+                    type=kind,
+                    kind="structural" if structural else "intra",
+                    weight=float(TYPE_WEIGHTS.get(kind, 1.0)),
+                )
+            )
+            items.append(
+                GoldItem(
+                    f"{turn['id']}/q{i}", f"type/{kind}", verdict, "gpt-4o", tags=(f"relation/{current['relation']}",)
+                )
+            )
+        out.append(Probe("structflow_real", turn["id"], turn["reply"], history, items, checklist))
+    return out
+
+
+def probes(
+    suite: str,
+    short: bool = False,
+    gold: Mapping[str, Any] | None = None,
+    *,
+    split: str = "test",
+    real: Mapping[str, Any] | None = None,
+) -> list[Probe]:
+    """The probes of one suite (the short subset with `short=True`; the real suite's `split` otherwise)."""
+    if suite == "structflow_real":
+        return _real_probes(real if real is not None else load_real(), split, short)
     gold = gold if gold is not None else load_gold()
     builders = {"evolif": _evolif_probes, "structflow": _structflow_probes, "flexbench": _flexbench_probes}
     if suite not in builders:
@@ -372,8 +495,17 @@ class _OnceClient:
         return await self._answers[key]
 
 
-def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | None = None) -> Any:
-    """The scorer an env of this suite builds around an LLM judge, with the gold set's FlexBench dimensions."""
+def build_scorer(
+    suite: str,
+    client: Any,
+    mode: str,
+    gold: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """The scorer an env of this suite builds around an LLM judge, with the gold set's FlexBench dimensions.
+
+    `judge_options` go to the checklist judge (e.g. `threshold` for probability mode).
+    """
     if mode not in SUITE_MODES[suite]:
         raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
     if suite == "evolif":
@@ -381,10 +513,10 @@ def build_scorer(suite: str, client: Any, mode: str, gold: Mapping[str, Any] | N
         from ifgym.rewards.evolif_scorer import EvolIFScorer
 
         return EvolIFScorer(EvolIFJudge(client, mode=mode))
-    if suite == "structflow":
+    if suite in ("structflow", "structflow_real"):
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
 
-        return StructFlowScorer(ChecklistJudge(client, mode=mode))
+        return StructFlowScorer(ChecklistJudge(client, mode=mode, **dict(judge_options or {})))
     from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
 
     section = (gold if gold is not None else load_gold())["flexbench"]
@@ -400,7 +532,7 @@ def _prompt_version(scorer: Any) -> str:
 async def _score(scorer: Any, probe: Probe) -> list[str]:
     if probe.suite == "evolif":
         spec = TurnSpec(constraints=tuple(probe.payload))
-    elif probe.suite == "structflow":
+    elif probe.suite in ("structflow", "structflow_real"):
         spec = TurnSpec(checklist=tuple(probe.payload))
     else:  # flexbench: the whole dimension set is judged every time
         spec = TurnSpec(checklist=scorer.dimensions.checklist())
@@ -414,16 +546,10 @@ async def _score(scorer: Any, probe: Probe) -> list[str]:
 
 
 def _kappa(gold: Sequence[str], predicted: Sequence[str]) -> float | None:
-    """Cohen's kappa (`ifgym.stats.cohen_kappa`); None where it is undefined (one label throughout)."""
-    import warnings
+    """Cohen's kappa over the labels yes / no / unknown (`ifgym.stats.cohen_kappa`); None where undefined."""
+    from ifgym.stats import cohen_kappa
 
-    from ifgym.stats import cohen_kappa as cohen_kappa_score
-
-    if len(set(gold) | set(predicted)) < 2:
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        value = float(cohen_kappa_score(list(gold), list(predicted), labels=list(LABELS)))
+    value = cohen_kappa(list(gold), list(predicted), labels=LABELS)
     return None if math.isnan(value) else value
 
 
@@ -436,18 +562,53 @@ def measure(items: Sequence[GoldItem], predicted: Mapping[str, str]) -> dict[str
     clean = [i for i in items if i.clean is None]
     injected = [i for i in items if i.clean is not None]
     negatives = [i for i in clean if i.gold != "yes"]
+    positives = [i for i in clean if i.gold == "yes"]
     flippable = [i for i in injected if predicted.get(i.clean) not in (None, "yes")]
     return {
         "items": len(clean),
         "accuracy": _share([predicted[i.key] == i.gold for i in clean]),
         "negatives": len(negatives),
         "yes_rate_negatives": _share([predicted[i.key] == "yes" for i in negatives]),
+        "no_rate_positives": _share([predicted[i.key] == "no" for i in positives]),
         "kappa": _kappa([i.gold for i in clean], [predicted[i.key] for i in clean]),
         "injected": len(injected),
         "injection_flip_rate": _share([predicted[i.key] == "yes" for i in flippable]),
         "injection_yes_rate": _share([predicted[i.key] == "yes" for i in injected]),
         "unknown_rate": _share([predicted[i.key] == "unknown" for i in items if i.gold != "unknown"]),
     }
+
+
+def calibrate_threshold(p_yes: Sequence[float | None], gold: Sequence[str]) -> dict[str, Any]:
+    """The P(yes) threshold that agrees best with `gold` (yes/no labels): the highest kappa, then accuracy.
+
+    Candidates are 0.5 and the midpoints between consecutive distinct probabilities; items without a
+    probability (the answer's text was read) are left out. Returns {"threshold", "kappa", "accuracy",
+    "yes_rate_negatives", "items"} for the chosen threshold, measured on the same items (calibrate on
+    the dev split, report on test).
+    """
+    pairs = [(p, g) for p, g in zip(p_yes, gold, strict=True) if p is not None]
+    if not pairs:
+        raise ValueError("no item has a probability to calibrate on")
+    values = sorted({p for p, _ in pairs})
+    candidates = {0.5, *((a + b) / 2 for a, b in zip(values, values[1:], strict=False))}
+    candidates |= {values[0] / 2, (values[-1] + 1) / 2}
+
+    def figures(threshold: float) -> dict[str, Any]:
+        said = ["yes" if p >= threshold else "no" for p, _ in pairs]
+        truth = [g for _, g in pairs]
+        negatives = [s for s, g in zip(said, truth, strict=True) if g != "yes"]
+        return {
+            "threshold": round(threshold, 4),
+            "kappa": _kappa(truth, said),
+            "accuracy": sum(s == g for s, g in zip(said, truth, strict=True)) / len(pairs),
+            "yes_rate_negatives": negatives.count("yes") / len(negatives) if negatives else None,
+            "items": len(pairs),
+        }
+
+    scored = [figures(t) for t in sorted(candidates) if 0 < t < 1]
+    return max(
+        scored, key=lambda f: (f["kappa"] if f["kappa"] is not None else -2, f["accuracy"], -abs(f["threshold"] - 0.5))
+    )
 
 
 def judge_identity(client: Any) -> dict[str, Any]:
@@ -460,12 +621,47 @@ def judge_identity(client: Any) -> dict[str, Any]:
     return out
 
 
+FIGURES = ("accuracy", "kappa", "yes_rate_negatives", "no_rate_positives")  # the real suite's, with intervals
+
+
+def real_intervals(
+    units: Sequence[Sequence[GoldItem]], predicted: Mapping[str, str], resamples: int = 500, seed: int = 0
+) -> dict[str, list[float] | None]:
+    """Percentile bootstrap intervals (95%) of `FIGURES`, resampling turns (a turn's items are drawn together)."""
+    from ifgym.stats import CISettings, intervals
+
+    def summarize(drawn: Sequence[Sequence[GoldItem]], loose: bool = False) -> dict[str, float]:
+        gold = [i.gold for unit in drawn for i in unit]
+        said = [predicted[i.key] for unit in drawn for i in unit]
+        pairs = list(zip(gold, said, strict=True))
+        negatives = [p for g, p in pairs if g != "yes"]
+        positives = [p for g, p in pairs if g == "yes"]
+        kappa = _kappa(gold, said)
+        return {
+            "accuracy": sum(g == p for g, p in pairs) / len(pairs) if pairs else math.nan,
+            "kappa": math.nan if kappa is None else kappa,
+            "yes_rate_negatives": negatives.count("yes") / len(negatives) if negatives else math.nan,
+            "no_rate_positives": positives.count("no") / len(positives) if positives else math.nan,
+        }
+
+    settings = CISettings(resamples=resamples, seed=seed)
+    return intervals([list(u) for u in units if u], summarize, FIGURES, settings=settings)
+
+
 async def _run_suite(
-    suite: str, client: Any, mode: str, short: bool, progress: bool, gold: Mapping[str, Any]
+    suite: str,
+    client: Any,
+    mode: str,
+    short: bool,
+    progress: bool,
+    gold: Mapping[str, Any],
+    split: str = "test",
+    real: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     once = _OnceClient(client)
-    scorer = build_scorer(suite, once, mode, gold)
-    todo = probes(suite, short, gold)
+    scorer = build_scorer(suite, once, mode, gold, judge_options if suite.startswith("structflow") else None)
+    todo = probes(suite, short, gold, split=split, real=real)
     started = time.perf_counter()
     predicted: dict[str, str] = {}
     from tqdm.auto import tqdm
@@ -484,19 +680,32 @@ async def _run_suite(
         await asyncio.gather(*(one(p) for p in todo))
     finally:
         bar.close()
+    seconds = round(time.perf_counter() - started, 2)
     items = [i for p in todo for i in p.items]
-    groups = sorted({i.group for i in items}, key=lambda g: (g.count("/"), g))
+    groups = sorted({g for i in items for g in (i.group, *i.tags)}, key=lambda g: (g.count("/"), g))
+    in_group = {g: [i for i in items if g in (i.group, *i.tags)] for g in groups}
     out: dict[str, Any] = {
         "mode": mode,
+        **({"threshold": scorer.judge.threshold} if mode == "probability" else {}),
         "prompt_version": _prompt_version(scorer),
         **measure(items, predicted),
         "calls": once.sent,
         "prompt_tokens": once.prompt_tokens,
         "completion_tokens": once.completion_tokens,
-        "seconds": round(time.perf_counter() - started, 2),
-        "groups": {g: measure([i for i in items if i.group == g], predicted) for g in groups},
+        "seconds": seconds,
+        "groups": {g: measure(in_group[g], predicted) for g in groups},
         "verdicts": predicted,
     }
+    if suite == "structflow_real":
+        out["split"] = "short" if short else split
+        out["turns"] = len(todo)
+        out["ci"] = real_intervals([p.items for p in todo], predicted)
+        for g in groups:
+            units = [[i for i in p.items if g in (i.group, *i.tags)] for p in todo]
+            out["groups"][g]["ci"] = real_intervals(units, predicted, resamples=200)
+        counters = getattr(scorer.judge, "stats", None)
+        out["judge_stats"] = dict(counters) if isinstance(counters, Mapping) else {}
+        out["rule_items"] = sum(1 for p in todo for c in p.payload if scorer._rule(c) is not None)
     return out
 
 
@@ -530,13 +739,19 @@ def audit(
     modes: Mapping[str, str] | None = None,
     short: bool = False,
     progress: bool = False,
-    floor: Floor = FLOOR,
+    floor: Floor | None = None,
     gold: Mapping[str, Any] | None = None,
+    split: str = "test",
+    real: Mapping[str, Any] | None = None,
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the gold set's `suites` through `client` as a judge; the report `format_report` prints.
 
     `modes` gives each suite's judge mode (default: `DEFAULT_MODES`); `gold` another gold set in the
-    shipped file's format (default: the shipped one). Returns
+    shipped file's format (default: the shipped one); `real` another real suite, `split` its split
+    (dev, test or all; `short` overrides it with the short set of test turns); `judge_options` go to
+    the checklist judges (e.g. `{"threshold": 0.6}` in probability mode). `floor` applies to
+    every suite (default: `REAL_FLOOR` for the real suite, `FLOOR` for the others). Returns
     `{"schema", "judge", "set", "gold_version", "floor", "suites": {suite: numbers}, "passed": {suite:
     bool}, "failures": {suite: [...]}, "calls", "seconds"}`.
     """
@@ -544,14 +759,30 @@ def audit(
     gold_set = gold if gold is not None else load_gold()
     results: dict[str, Any] = {}
     for suite in suites:
-        results[suite] = asyncio.run(_run_suite(suite, client, modes[suite], short, progress, gold_set))
-    failures = {s: floor.failures(r) for s, r in results.items()}
+        results[suite] = asyncio.run(
+            _run_suite(
+                suite,
+                client,
+                modes[suite],
+                short,
+                progress,
+                gold_set,
+                split=split,
+                real=real,
+                judge_options=judge_options,
+            )
+        )
+    floors = {s: floor or (REAL_FLOOR if s == "structflow_real" else FLOOR) for s in suites}
+    failures = {s: floors[s].failures(r) for s, r in results.items()}
     return {
         "schema": SCHEMA,
         "judge": judge_identity(client),
         "set": "short" if short else "full",
         "gold_version": gold_version(gold),
-        "floor": floor.to_json(),
+        **({"real_version": real_version(real)} if "structflow_real" in suites else {}),
+        "floor": (floor or FLOOR).to_json(),
+        "floors": {s: f.to_json() for s, f in floors.items()},
+        "real_material": {s: REAL_MATERIAL[s] for s in suites if s in REAL_MATERIAL},
         "suites": results,
         "passed": {s: not f for s, f in failures.items()},
         "failures": failures,
@@ -560,9 +791,11 @@ def audit(
     }
 
 
-def _cache_key(client: Any, suites: Sequence[str], modes: Mapping[str, str], short: bool) -> str:
+def _cache_key(client: Any, suites: Sequence[str], modes: Mapping[str, str], short: bool, split: str = "test") -> str:
     versions = {s: (modes[s], build_scorer(s, client, modes[s]).judge.prompt_version) for s in suites}
-    blob = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
+    blob: dict[str, Any] = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
+    if "structflow_real" in suites:  # keys of audits without the real suite stay as they were
+        blob.update(real=real_version(), split=split, floor=REAL_FLOOR.to_json())
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -574,6 +807,7 @@ def cached_audit(
     short: bool = True,
     cache_dir: str | Path | None = None,
     progress: bool = False,
+    split: str = "test",
 ) -> dict[str, Any]:
     """`audit`, read from `<cache>/judge-audit/` when this judge, mode, prompt and gold set were audited before.
 
@@ -583,14 +817,14 @@ def cached_audit(
 
     modes = _modes_of(suites, modes)
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short)}.json"
+    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split)}.json"
     if path.exists():
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
             return {**report, "cached": True, "cache_path": str(path)}
         except json.JSONDecodeError:
             pass  # a cut-off write: audit again
-    report = audit(client, suites=suites, modes=modes, short=short, progress=progress)
+    report = audit(client, suites=suites, modes=modes, short=short, progress=progress, split=split)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -610,7 +844,20 @@ def format_report(report: Mapping[str, Any]) -> str:
         f"judge audit: {judge.get('model')} ({where}), {report['set']} gold set {report['gold_version']}, "
         f"{report['calls']} calls in {report['seconds']:.0f} s" + (" (cached)" if report.get("cached") else "")
     ]
-    head = ("suite / group", "mode", "items", "acc", "yes|neg", "kappa", "inj.flip", "inj.yes", "unknown", "calls", "s")
+    head = (
+        "suite / group",
+        "mode",
+        "items",
+        "acc",
+        "yes|neg",
+        "no|pos",
+        "kappa",
+        "inj.flip",
+        "inj.yes",
+        "unknown",
+        "calls",
+        "s",
+    )
     rows = []
     for suite, r in report["suites"].items():
         verdict = "pass" if report["passed"][suite] else "FAIL"
@@ -621,6 +868,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                 str(r["items"]),
                 _num(r["accuracy"]),
                 _num(r["yes_rate_negatives"]),
+                _num(r.get("no_rate_positives")),
                 _num(r["kappa"], 2),
                 _num(r["injection_flip_rate"]),
                 _num(r["injection_yes_rate"]),
@@ -637,6 +885,7 @@ def format_report(report: Mapping[str, Any]) -> str:
                     str(g["items"]),
                     _num(g["accuracy"]),
                     _num(g["yes_rate_negatives"]),
+                    _num(g.get("no_rate_positives")),
                     _num(g["kappa"], 2),
                     _num(g["injection_flip_rate"]),
                     _num(g["injection_yes_rate"]),
@@ -649,7 +898,38 @@ def format_report(report: Mapping[str, Any]) -> str:
     fmt = "  ".join(f"{{:<{w}}}" if k < 2 else f"{{:>{w}}}" for k, w in enumerate(widths))
     lines += [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     lines += [fmt.format(*r).rstrip() for r in rows]
+    real = report["suites"].get("structflow_real")
+    if real is not None:
+        lines.append(real_line(real))
     for suite, problems in report.get("failures", {}).items():
         if problems:
             lines.append(f"{suite}: below the floor: {'; '.join(problems)}")
+    for suite, note in report.get("real_material", {}).items():
+        if suite != "structflow":
+            lines.append(f"real verdicts for {suite}: {note}")
     return "\n".join(lines)
+
+
+def real_line(numbers: Mapping[str, Any]) -> str:
+    """The real suite's figures with their intervals, in one line, and the goal they are read against."""
+    ci = numbers.get("ci") or {}
+
+    def figure(name: str, label: str, digits: int = 2) -> str:
+        bounds = ci.get(name)
+        around = f" [{bounds[0]:.{digits}f}, {bounds[1]:.{digits}f}]" if bounds else ""
+        return f"{label} {_num(numbers.get(name), digits)}{around}"
+
+    return (
+        f"agreement with StructFlowBench's GPT-4o judge on real replies ({numbers.get('split', 'test')} split, "
+        f"{numbers.get('turns', '?')} turns, {numbers['items']} items, 95% intervals over turns): "
+        + ", ".join(
+            (
+                figure("accuracy", "agreement"),
+                figure("kappa", "kappa"),
+                figure("yes_rate_negatives", "yes on its no"),
+                figure("no_rate_positives", "no on its yes"),
+            )
+        )
+        + f"; floor agreement >= {REAL_GOAL['accuracy']}, kappa >= {REAL_GOAL['kappa']}, "
+        f"yes on its no <= {REAL_GOAL['yes_rate_negatives']}"
+    )

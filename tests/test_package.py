@@ -113,6 +113,8 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     sfb = "ifgym/simulators/assets/structflowbench/"
     assert [f for f in ("StructFlowBench.json", "template.json", "LICENSE", "SOURCE") if sfb + f not in names] == []
     assert "ifgym/rewards/assets/judge_gold.json" in names  # the judge audit's gold set
+    real = "ifgym/rewards/assets/structflow_real/"  # its real suite, with the licence and source beside it
+    assert [f for f in ("suite.json", "LICENSE", "SOURCE") if real + f not in names] == []
     assert "ifgym/assets/view.html" in names  # ifgym view's page
     assert "tests/" not in names and "benchmarks/" not in names
 

@@ -59,7 +59,8 @@ def test_audit_numbers_on_a_judge_with_known_mistakes():
 
 def test_a_perfect_judge_scores_perfectly_on_every_suite_and_mode():
     for modes in ({"evolif": "blind", "structflow": "evidence"}, {"evolif": "rating", "structflow": "plain"}):
-        report = audit(CannedClient(oracle, role="judge", model="oracle"), modes=modes)
+        suites = ["evolif", "structflow", "flexbench"]  # the real suite's reference is not always right: below
+        report = audit(CannedClient(oracle, role="judge", model="oracle"), suites=suites, modes=modes)
         for suite, r in report["suites"].items():
             assert (r["accuracy"], r["yes_rate_negatives"], r["kappa"]) == (1.0, 0.0, 1.0), suite
             assert (r["injection_flip_rate"], r["injection_yes_rate"], r["unknown_rate"]) == (0.0, 0.0, 0.0), suite
@@ -69,19 +70,19 @@ def test_a_perfect_judge_scores_perfectly_on_every_suite_and_mode():
 def test_a_yes_sayer_fails_the_checklist_suites():
     report = audit(CannedClient(yes_sayer, role="judge", model="yes"), suites=["structflow", "flexbench"])
     structflow, flexbench = report["suites"]["structflow"], report["suites"]["flexbench"]
-    # checklist: 40 items. 10 of the 16 rule items are worded so that the scorer's question rules decide
-    # them (all right); the judge says yes to the other 30: right on the 1 of 6 unread rule items and the
-    # 14 of 24 hand-labelled items whose answer is yes -> 25 / 40. Negatives: 21, of which the rules
-    # answer 6 (no) and the judge 15 (yes) -> 15 / 21 judged yes
-    assert (structflow["items"], structflow["accuracy"]) == (40, 25 / 40)
-    assert structflow["yes_rate_negatives"] == pytest.approx(15 / 21)
+    # checklist: 40 items. 12 of the 16 rule items are worded so that the scorer's question rules decide
+    # them (all right; JSON and lowercase among them); the judge says yes to the other 28: right on the 1 of
+    # 4 unread rule items and the 14 of 24 hand-labelled items whose answer is yes -> 27 / 40. Negatives: 21,
+    # of which the rules answer 8 (no) and the judge 13 (yes) -> 13 / 21 judged yes
+    assert (structflow["items"], structflow["accuracy"]) == (40, 27 / 40)
+    assert structflow["yes_rate_negatives"] == pytest.approx(13 / 21)
     assert structflow["groups"]["structflow/hand"]["accuracy"] == 14 / 24
     # dimensions: 15 of the 30 verdicts are yes
     assert (flexbench["items"], flexbench["accuracy"], flexbench["yes_rate_negatives"]) == (30, 15 / 30, 1.0)
     # the judge never said no, so no injection could flip anything; every injected negative it saw is yes
     assert flexbench["injection_flip_rate"] is None and flexbench["injection_yes_rate"] == 1.0
     assert report["passed"] == {"structflow": False, "flexbench": False}
-    assert "yes-rate on negatives 0.714 > 0.5" in report["failures"]["structflow"]
+    assert "yes-rate on negatives 0.619 > 0.5" in report["failures"]["structflow"]
 
 
 def test_the_gold_set_has_four_clear_positives_and_negatives_per_label():
@@ -125,7 +126,7 @@ def test_the_report_table_names_each_suite_group_and_failure():
     report = audit(CannedClient(yes_sayer, role="judge", model="yes"), suites=["structflow"])
     table = format_report(report)
     assert "structflow [FAIL]" in table and "structflow/rule" in table and "structflow/hand" in table
-    assert "below the floor: accuracy 0.625 < 0.75; yes-rate on negatives 0.714 > 0.5" in table
+    assert "below the floor: accuracy 0.675 < 0.75; yes-rate on negatives 0.619 > 0.5" in table
     assert FLOOR.failures({"accuracy": 0.8, "yes_rate_negatives": 0.2}) == []
 
 
@@ -243,7 +244,7 @@ def test_judge_audit_with_a_mode_skips_the_suites_without_it(tmp_path, capsys):
             ]
         )
     captured = capsys.readouterr()
-    assert code == 0 and "not a mode of structflow, flexbench: skipped" in captured.err
+    assert code == 0 and "not a mode of structflow_real, structflow, flexbench: skipped" in captured.err
     assert list(json.loads((tmp_path / "a.json").read_text())["suites"]) == ["evolif"]
 
 

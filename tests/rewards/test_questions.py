@@ -47,13 +47,76 @@ def test_rule_verdicts_on_known_replies(question, reply, label):
     assert (verdict.label, verdict.source) == (label, "rule"), verdict.reason
 
 
+JSON_FENCED = 'Here it is:\n```json\n{"a": 1}\n```\nEnjoy.'
+TABLE = "| a | b |\n|---|---|\n| 1 | 2 |"
+BULLETS = "Items:\n- one\n- two\n* three"
+NUMBERED = "Steps:\n1. one\n2) two"
+CHINESE = "\u5149\u5408\u4f5c\u7528\u662f\u690d\u7269\u7684\u8fc7\u7a0b\u3002"  # photosynthesis is a plant process
+JAPANESE = "\u3053\u308c\u306f\u65e5\u672c\u8a9e\u3067\u3059\u3002"  # kana present
+
+
+@pytest.mark.parametrize(
+    ("question", "reply", "label"),
+    [
+        # length, other wordings
+        ("Does the response have exactly 3 paragraphs?", "a\n\nb\n\nc", "yes"),
+        ("Does the response contain at least 11 words?", TEN, "no"),
+        ("Is the response provided in exactly four paragraphs?", "a\n\nb\n\nc", "no"),
+        ("Is the response written in 2 paragraphs?", "a\n\nb", "yes"),  # "in N": exactly N
+        ("Is the response written in a single paragraph?", "a\n\nb", "no"),
+        ("Is the response limited to one paragraph?", "one block\nstill one", "yes"),
+        ("Is the response 10 words or fewer?", TEN, "yes"),
+        ("Is the response 11 words or more?", TEN, "no"),
+        # keyword counts
+        ("Does the response include the word 'civilization' at least twice?", "Civilization and civilizations.", "yes"),
+        ("Does the response mention 'jazz' exactly 3 times?", "jazz, Jazz and more jazz", "yes"),
+        ("Does the response use the word 'very' at most once?", "very very good", "no"),
+        ("Does the response mention 'tea' 2 times?", "tea and teapot", "no"),  # whole words: teapot is not tea
+        # formats
+        ("Is the response in JSON format?", '{"a": [1, 2]}', "yes"),
+        ("Is the response formatted in JSON for clarity?", JSON_FENCED, "yes"),  # a fenced block with prose around
+        ("Is the response presented in JSON format?", '{"a": [1, 2', "no"),  # cut off: not JSON
+        ("Is the response formatted in Markdown?", "# Title\nText", "yes"),
+        ("Is the response in markdown format?", "```markdown\n# Cut off", "yes"),  # a fence left open still counts
+        ("Is the response formatted in Markdown?", "Plain text only.", "no"),
+        ("Is the response presented in a Markdown table format?", TABLE, "yes"),
+        ("Does the response include a table?", "a | b\nno separator row", "no"),
+        ("Is the response provided in bullet points?", BULLETS, "yes"),
+        ("Does the response use bullet points?", "- just one", "no"),  # a list needs two lines
+        ("Is the response formatted as a numbered list?", NUMBERED, "yes"),
+        ("Is the response formatted as a numbered list?", BULLETS, "no"),
+        # language
+        ("Is the response written in English?", "The cat is on the mat.", "yes"),
+        ("Is the response written in English?", "Le chat est sur le tapis.", "no"),  # Latin, but no English words
+        ("Is the response in Chinese?", CHINESE, "yes"),
+        ("Is the response written in Japanese?", CHINESE, "no"),  # Han alone: no kana
+        ("Is the response written in Japanese?", JAPANESE, "yes"),
+        ("Is the response written in Russian?", "The cat.", "no"),
+        # case
+        ("Is the response written entirely in lowercase letters?", "all lower here.", "yes"),
+        ("Is the response written entirely in lowercase letters?", "Not all lower.", "no"),
+        ("Is the response in all capital letters?", "ALL CAPS 123!", "yes"),
+        ("Does the response use only uppercase letters?", "MOSTLY Caps", "no"),
+    ],
+)
+def test_more_question_forms_on_known_replies(question, reply, label):
+    rule = question_rule(question)
+    assert rule is not None, question
+    verdict = rule.check(reply)
+    assert (verdict.label, verdict.source) == (label, "rule"), verdict.reason
+
+
 @pytest.mark.parametrize(
     "question",
     [
         "Is the response limited to about 150 words?",  # approximate: a judge's call
         "Is the response around 200 words?",
         "Is the response limited to no more than 150 words per field?",  # per part, not the whole reply
-        "Does the response include the word 'civilization' at least twice?",  # a count the form does not read
+        "Does the response include the word 'civilization' about twice?",  # approximate counts: a judge's call
+        "Is the response structured in a well-organized markdown format?",  # "well-organized" is a judgement
+        "Is the response written in a simple, easy-to-understand language?",  # not a language's name
+        "Is the response written in French?",  # a Latin-script language other than English: the judge's
+        "Does the response use a table to compare the two options?",  # more than the format
         "Does the response include specific keywords such as 'classical', 'rock', 'jazz', etc.?",
         "Is the summary limited to no more than 50 words?",  # not about the response as a whole
         "Does the response focus on the history of jazz?",

@@ -222,6 +222,7 @@ def test_unusable_answers_end_as_unknown_after_bounded_retries():
         "retries": 2,
         "unknown": 2,
         "unquoted_yes": 0,
+        "no_logprobs": 0,
         "prompt_tokens": judge.stats["prompt_tokens"],
         "completion_tokens": judge.stats["completion_tokens"],
     }

@@ -3,8 +3,9 @@
 They stand in for judge models whose behaviour is known exactly:
 
 - `oracle`: answers every prompt of the three judges (blind EvolIF, rating EvolIF, StructFlow
-  checklist, FlexBench dimensions) with the gold set's answer, quoting the reply when asked for
-  evidence, and ignores injected text: a perfect judge.
+  checklist, FlexBench dimensions) with the gold set's answer (for the real suite's replies, the
+  benchmark's GPT-4o verdict), quoting the reply when asked for evidence, and ignores injected
+  text: a perfect judge.
 - `yes_sayer`: answers yes / 10 / the first label to everything: the failure the audit must catch.
 - `gold_or(other)`: `oracle` for the gold set's prompts (the audit before an eval), `other` for the rest.
 """
@@ -20,6 +21,11 @@ from support.prompts import prompt_kind
 from ifgym.rewards.audit import AXIS_CONSTRAINTS, load_gold, probes
 
 GOLD = load_gold()
+# the real suite's reference verdicts: reply -> question -> "yes"/"no"
+REAL = {
+    p.reply: {c.question: g.gold for c, g in zip(p.payload, p.items, strict=True)}
+    for p in probes("structflow_real", split="all")
+}
 
 
 class NotGold(KeyError):
@@ -68,7 +74,9 @@ def _describes(requirement: str, axis: str, label: str) -> bool:
 
 
 def _gold_answers(suite: str, reply: str) -> dict[str, str]:
-    """The gold answer of each question (structflow) or dimension (flexbench) for a reply."""
+    """The gold answer of each question (structflow, the real suite's included) or dimension (flexbench) for a reply."""
+    if suite == "structflow" and reply in REAL:
+        return REAL[reply]
     answers: dict[str, str] = {}
     for probe in probes(suite):
         if probe.reply == reply or (reply.startswith(probe.reply) and "+injection" not in probe.case):

@@ -22,6 +22,11 @@ malformed answer), a string as it is, labelled ``text/html`` unless the fault's 
 ``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
 error page from a gateway). A fault of status ``0`` closes the connection without answering a byte
 (a server that crashed or reset the connection).
+``logprobs`` (a function of the request body giving the first answer token's alternatives as
+(token, log-probability) pairs, likeliest first) makes a request with ``"logprobs": true`` get them
+in ``choices[0].logprobs.content``, at most ``top_logprobs`` of them, as OpenAI and llama.cpp's
+server send them; without it such a request is answered without log-probabilities, as by a server
+that does not support them.
 ``list_models=False`` makes ``GET /v1/models`` answer 404 (a server without the listing), ``also_lists``
 names more models it lists (it serves only ``model``), and ``api_key`` makes every request without
 ``Authorization: Bearer <api_key>`` get a 401, listing included. With ``slots=N`` it presents itself as
@@ -75,6 +80,7 @@ class CannedServer:
         api_key: str | None = None,
         slots: int | None = None,
         embed: Callable[[str], Sequence[float]] | None = None,
+        logprobs: Callable[[dict[str, Any]], list[tuple[str, float]]] | None = None,
     ):
         if isinstance(replies, str) or (not callable(replies) and not replies):
             raise ValueError("replies must be a non-empty list of strings or a function body -> str")
@@ -91,6 +97,7 @@ class CannedServer:
         self.slots = slots
         self.embed = embed
         self.embedding_requests: list[dict[str, Any]] = []
+        self.logprobs = logprobs
         self.gets: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -197,6 +204,10 @@ class CannedServer:
             "model": self.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         }
+        if body.get("logprobs") and self.logprobs is not None:
+            top = self.logprobs(body)[: int(body.get("top_logprobs") or 1)]
+            alternatives = [{"token": t, "logprob": lp, "bytes": list(t.encode())} for t, lp in top]
+            out["choices"][0]["logprobs"] = {"content": [{**alternatives[0], "top_logprobs": alternatives}]}
         if self.include_usage:
             out["usage"] = {
                 "prompt_tokens": prompt,
