@@ -119,8 +119,35 @@ EXTRACTIONS = ("fast", "loop", "single")
 REWRITES = ("when_bound", "always", "never")
 REWRITE_FORMATS = ("json", "final_response")
 FINAL_RESPONSE = "Final response:"
-# GraphIF's own sampling settings (its paper's experiments), compared in `GraphIF.protocol()`.
-PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+# GraphIF's own sampling settings (its released code's, for every call), compared in `GraphIF.protocol()`;
+# top_k and repetition_penalty are extra request fields (vLLM's names).
+PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "max_tokens": 2048}
+# How the agent loop (extraction="loop") works apart from GraphIF's released code, whatever the settings.
+LOOP_DIFFERENCES = (
+    "intention: the call sees the light model's view (topics, rules in force, earlier turns); the released code's "
+    "sees the request alone",
+    "identification: each relation type is asked for at most once a turn (max_steps calls at most); the released "
+    "code asks again after every location and stops at done or at a location that adds no new turn",
+    "global constraint: a location call states the rule (its words, aspect, the rule it replaces) and a replaced "
+    "rule is retired; the released code makes no call (the whole request is the rule) and keeps every rule, its "
+    "rewrite prompt saying the later of two conflicting rules wins",
+    "new topic: one location call (a new topic, or a turn of the earlier one) and the loop goes on; the released "
+    "code confirms it with a second call, asks which earlier topic in a third when there are any, and ends the loop",
+)
+PROMPTS = "prompts in ifgym's own words, not the released code's"
+REWRITE_DIFFERENCE = (
+    "rewrite prompt: per relation its definition, how it binds the answer and the linked turns, with the env's "
+    "standing instructions; the released code's gives the linked turns and the requests that set global "
+    "constraints, and asks for English only"
+)
+NO_SYSTEM_PROMPT = (
+    "the answering call has no system prompt unless the env sets one; the released code's has a generic "
+    "helpful-assistant one (policy.system_prompt=...)"
+)
+SUMMARY_DIFFERENCE = (
+    "summaries: the light model's views show each earlier turn's summary in place of its answer; the released code "
+    "shows the current topic's turns in full and the summaries only in the notebook, for the turns already linked"
+)
 RULE_ACTIONS = ("add", "update", "remove")
 DONE = "done"
 
@@ -504,8 +531,13 @@ def read_relations(data: Mapping[str, Any] | None, turn: int) -> tuple[list[Rela
 
 
 def final_response(text: str) -> str | None:
-    """The answer after the last "Final response:" line of a final-response rewrite; None without one."""
-    found = list(re.finditer(r"^[#*\s]*final response\s*[:：]?[*\s]*:?[*]*[ \t]*", text, re.IGNORECASE | re.MULTILINE))
+    """The answer after the last "Final response:" line of a final-response rewrite; None without one.
+
+    The released code's heading ("## FINAL-RESPONSE") is read too.
+    """
+    found = list(
+        re.finditer(r"^[#*\s]*final[ _-]response\s*[:：]?[*\s]*:?[*]*[ \t]*", text, re.IGNORECASE | re.MULTILINE)
+    )
     if not found:
         return None
     reply = text[found[-1].end() :].strip()
@@ -611,7 +643,7 @@ class GraphIF(WrapperPolicy):
 
     def protocol(self) -> dict[str, Any]:
         """The variant's name and each way this setup differs from GraphIF's paper, in words (the results table's)."""
-        deviations = []
+        deviations = [PROMPTS]
         if self.extraction == "fast":
             deviations.append(
                 "extraction=fast: one structured extraction call, the paper's w/o-agent ablation (Table 3), not its "
@@ -631,6 +663,14 @@ class GraphIF(WrapperPolicy):
             deviations.append(
                 "rewrite_format=json: the rewrite answers in JSON, not in the paper's final-response section"
             )
+        if self.extraction == "loop":
+            deviations += LOOP_DIFFERENCES
+        if self.summary:
+            deviations.append(SUMMARY_DIFFERENCE)
+        if self.rewrite != "never":
+            deviations.append(REWRITE_DIFFERENCE)
+        if getattr(self.base, "system_prompt", None) is None:
+            deviations.append(NO_SYSTEM_PROMPT)
         deviations += self._model_deviations()
         return {
             "name": self.variant(),
@@ -652,11 +692,21 @@ class GraphIF(WrapperPolicy):
                 f"light model {light.model} ({where}) is not the backbone {base.model}: the paper uses one model"
             )
         if base is not None:
-            used = {"temperature": base.temperature, "top_p": base.top_p, "top_k": base.extra.get("top_k")}
-            if used != PAPER_SAMPLING:
-                said = ", ".join(f"{k}={v}" for k, v in used.items())
-                paper = ", ".join(f"{k}={v}" for k, v in PAPER_SAMPLING.items())
-                out.append(f"sampling {said}: the paper's is {paper} (top_k via policy.llm.extra.top_k)")
+            used = {
+                "temperature": base.temperature,
+                "top_p": base.top_p,
+                "top_k": base.extra.get("top_k"),
+                "repetition_penalty": base.extra.get("repetition_penalty"),
+                "max_tokens": base.max_tokens,
+            }
+            differ = [k for k, v in PAPER_SAMPLING.items() if used[k] != v]
+            if differ:
+                said = ", ".join(f"{k}={used[k]}" for k in differ)
+                paper = ", ".join(f"{k}={PAPER_SAMPLING[k]}" for k in differ)
+                out.append(
+                    f"sampling {said}: the released code's is {paper} (top_k and repetition_penalty as "
+                    "policy.llm.extra fields, vLLM's names)"
+                )
         return out
 
     def episode_record(self) -> dict[str, Any]:
