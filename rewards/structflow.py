@@ -302,8 +302,18 @@ DEFAULT_CHECKLIST_MODE = "plain"  # the mode measured best on the judge audit (s
 TAGS = ("reply", "request", "history", "item", "golden")  # the prompt's own tags, defanged in what goes between them
 
 
-def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], str, str]:
-    """(earlier turns as lines, the current request, its turn name) from messages ending with the request."""
+def _round_name(index: int) -> str:
+    """GraphIF's name of the turn at 0-based `index` (its sets' questions say "from Round 13"): 0 -> 'Round 0'."""
+    return f"Round {index}"
+
+
+def _dialogue(history: Sequence[Mapping[str, str]] | None, rounds: bool = False) -> tuple[list[str], str, str]:
+    """(earlier turns as lines, the current request, its turn name) from messages ending with the request.
+
+    Turns are named as StructFlowBench does ('c1', 'c2', ...), or with `rounds` as GraphIF's sets do
+    ('Round 0', 'Round 1', ...).
+    """
+    name = _round_name if rounds else turn_name
     messages = [m for m in history or () if isinstance(m, Mapping) and m.get("role") in ("user", "assistant")]
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last_user is None:
@@ -313,8 +323,8 @@ def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], s
         if m["role"] == "user":
             turn += 1
         who = "User" if m["role"] == "user" else "Assistant"
-        lines.append(f"[{turn_name(max(turn - 1, 0))}] {who}: {defang(str(m.get('content', '')), TAGS)}")
-    return lines, str(messages[last_user].get("content", "")), turn_name(turn)
+        lines.append(f"[{name(max(turn - 1, 0))}] {who}: {defang(str(m.get('content', '')), TAGS)}")
+    return lines, str(messages[last_user].get("content", "")), name(turn)
 
 
 # Answer length per call when not fixed: an entry with a one-sentence reason is well under 96 tokens,
@@ -375,13 +385,15 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Message]:
         """The prompt: earlier turns, the current request, a reference answer (when given), the reply, the questions.
 
-        `golden` is the turn's reference answer (GraphIF's evaluator shows it to its judge); without
-        it the prompt is StructFlowBench's, byte for byte.
+        `golden` is the turn's reference answer (GraphIF's evaluator shows it to its judge); `rounds`
+        names the turns 'Round 0', 'Round 1', ... as GraphIF's sets and evaluator do (their
+        questions name turns so). Without both the prompt is StructFlowBench's, byte for byte.
         """
-        earlier, request, current = _dialogue(history)
+        earlier, request, current = _dialogue(history, rounds)
         parts = []
         if earlier:
             parts.append("The conversation so far:\n<history>\n" + "\n".join(earlier) + "\n</history>")
@@ -419,10 +431,12 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Verdict]:
-        """One verdict per item, in order (no call for an empty list); `golden`: the turn's reference answer."""
+        """One verdict per item, in order (no call for an empty list); `golden`, `rounds`: see `build_messages`."""
         items = list(items)
-        return self._run(self._converse(reply, items, history, golden), max_tokens=self.answer_tokens(len(items)))
+        conversation = self._converse(reply, items, history, golden, rounds)
+        return self._run(conversation, max_tokens=self.answer_tokens(len(items)))
 
     async def ajudge(
         self,
@@ -430,10 +444,11 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Verdict]:
         """Async twin of `judge`."""
         items = list(items)
-        conversation = self._converse(reply, items, history, golden)
+        conversation = self._converse(reply, items, history, golden, rounds)
         return await self._arun(conversation, max_tokens=self.answer_tokens(len(items)))
 
     # Checks the arguments now, then hands back the Conversation (ifgym.llm.converse drives it).
@@ -443,6 +458,7 @@ class ChecklistJudge(Judge):
         items: list[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> Conversation[list[Verdict]]:
         if not isinstance(reply, str):
             raise ConfigError(f"ChecklistJudge needs the reply as a str, got {type(reply).__name__}")
@@ -453,7 +469,7 @@ class ChecklistJudge(Judge):
         for item in items:
             if not isinstance(item, ChecklistItem):
                 raise ConfigError(f"ChecklistJudge needs ChecklistItem objects, got {type(item).__name__} {item!r:.80}")
-        return self._dialogue(reply, items, history, golden)
+        return self._dialogue(reply, items, history, golden, rounds)
 
     def _dialogue(
         self,
@@ -461,12 +477,13 @@ class ChecklistJudge(Judge):
         items: list[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> Conversation[list[Verdict]]:
         n = len(items)
         if n == 0:
             return []
         best, attempts = yield from self.ask(
-            self.build_messages(reply, items, history, golden),
+            self.build_messages(reply, items, history, golden, rounds),
             lambda text: parse_judgements(text, n, "judge result" if self.mode == "paper" else "results"),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: parse.complete(n),
@@ -529,9 +546,15 @@ class StructFlowScorer(RulesThenJudge):
         self.judge_golden = judge_golden
 
     def _judge_options(self, spec: TurnSpec) -> dict[str, Any]:
-        """`judge_golden`: the turn's reference answer goes to the judge (as GraphIF's evaluator shows it)."""
+        """`judge_golden`: the turn's reference answer goes to the judge (as GraphIF's evaluator shows it).
+
+        On GraphIF's sets the judge names the turns 'Round 0', 'Round 1', ..., as their questions do.
+        """
         golden = spec.meta.get("golden_answer") if self.judge_golden else None
-        return {"golden": golden} if golden is not None else {}
+        options: dict[str, Any] = {"golden": golden} if golden is not None else {}
+        if spec.meta.get("turn_names") == "rounds":
+            options["rounds"] = True
+        return options
 
     unjudged = no_judge(
         "this item needs a judge (judge='llm'); rules decide only items with a rule-checkable constraint"

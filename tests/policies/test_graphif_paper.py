@@ -375,6 +375,8 @@ def test_graphif_paper_replays_a_graphif_set_with_its_own_replies_and_the_golden
     turn_prompts = [p for p in judged if "Round 0" in p or "three rivers" in p]
     assert any("<golden>\nGOLDEN-0: Rhine, Danube, Loire.\n</golden>" in p for p in turn_prompts)
     assert any("<golden>\nGOLDEN-1: The Danube.\n</golden>" in p for p in turn_prompts)
+    # and names the turns as the set's questions do ("Does it pick a river from Round 0?")
+    assert any("[Round 0] User: Name three rivers" in p and "request (Round 1)" in p for p in judged)
     # what no setting removes: the policy's fixed lines, ifgym's judge and StructFlowBench's weights
     assert summary["policy_protocol"]["name"] == "GraphIF" and summary["policy_protocol"]["deviations"] == FIXED
     assert summary["protocol"]["context"] == "own" and summary["protocol"]["judge_golden"] is True
