@@ -642,7 +642,12 @@ class GraphIF(WrapperPolicy):
         return "GraphIF" if self.use_graph_prompt else "GraphIF w/o graph prompt"
 
     def protocol(self) -> dict[str, Any]:
-        """The variant's name and each way this setup differs from GraphIF's paper, in words (the results table's)."""
+        """The variant's name and each way this setup differs from GraphIF's paper and released code, in words.
+
+        The results table prints them: the prompts' wording, the settings that differ, what no setting
+        removes (how ifgym's loop, views and rewrite prompt work apart from the released code's), then
+        the answering call's system prompt, the models and the sampling.
+        """
         deviations = [PROMPTS]
         if self.extraction == "fast":
             deviations.append(
