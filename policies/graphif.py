@@ -61,9 +61,11 @@ Documented defaults for malformed light-model output: an extraction answer witho
 holding a `"relations"` list yields no relations (the turn continues the current topic; rules in
 force still bind; counted in `stats["extraction_failures"]`); a relation with an unknown type or
 no valid turn is dropped (`stats["dropped_relations"]`); in the loop, an unreadable identification
-ends the loop; a `"replaces"` id that names no rule in force is ignored (the aspect fallback
-applies; `stats["unknown_rule_ids"]`). A rewrite without a usable `"reply"` string
-falls back to the initial reply (`stats["rewrite_fallbacks"]`); so does a final-response rewrite
+ends the loop, and so does a location that adds nothing new (a type may come again with other turns
+or another rule, as in the released code) or a type located in vain twice; a `"replaces"` id that
+names no rule in force is ignored (the aspect fallback applies; `stats["unknown_rule_ids"]`). A
+rewrite without a usable `"reply"` string falls back to the initial reply
+(`stats["rewrite_fallbacks"]`); so does a final-response rewrite
 (`rewrite_format="final_response"`) without its "Final response:" section. A summary answer
 without a usable `"summary"` string leaves the node without one (`stats["summary_failures"]`).
 
@@ -77,7 +79,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ifgym.answers import item_number, json_object
@@ -116,6 +118,7 @@ __all__ = [
 # The kinds of GraphIF's edges (a turn's relation to earlier ones); not StructFlow's relations (ifgym.core.structflow).
 EDGE_KINDS = ("global_constraint", "context_anchored", "modify", "summary", "new_topic")
 EXTRACTIONS = ("fast", "loop", "single")
+LINKED_KINDS = ("context_anchored", "modify", "summary")  # relations located at earlier turns whose content binds
 REWRITES = ("when_bound", "always", "never")
 REWRITE_FORMATS = ("json", "final_response")
 FINAL_RESPONSE = "Final response:"
@@ -126,8 +129,8 @@ PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_pen
 LOOP_DIFFERENCES = (
     "intention: the call sees the light model's view (topics, rules in force, earlier turns); the released code's "
     "sees the request alone",
-    "identification: each relation type is asked for at most once a turn (max_steps calls at most); the released "
-    "code asks again after every location and stops at done or at a location that adds no new turn",
+    "identification: at most max_steps calls a turn; the released code sets no cap (both stop at done, or at a "
+    "location that adds nothing new)",
     "global constraint: a location call states the rule (its words, aspect, the rule it replaces) and a replaced "
     "rule is retired; the released code makes no call (the whole request is the rule) and keeps every rule, its "
     "rewrite prompt saying the later of two conflicting rules wins",
@@ -799,7 +802,7 @@ class GraphIF(WrapperPolicy):
         )
         data = json_object(out.text)
         node.intention = _text(data.get("intention")) if data is not None else ""
-        tried: set[str] = set()
+        unlocated: set[str] = set()
         notebook = self.graph.notebook.setdefault(t, [])
         for _ in range(self.max_steps):
             out = yield LightCall(
@@ -814,9 +817,6 @@ class GraphIF(WrapperPolicy):
                 if action != DONE:
                     self.stats["extraction_failures"] += 1
                 break
-            if action in tried:  # the model repeats itself: the notebook already holds this one
-                break
-            tried.add(action)
             out = yield LightCall(
                 [
                     {"role": "system", "content": locate_system(action)},
@@ -827,9 +827,25 @@ class GraphIF(WrapperPolicy):
             rel = read_relation(data, action, t) if data is not None else None
             if rel is None:
                 self.stats["dropped_relations"] += 1
+                if action in unlocated:  # asked for again and still not located: nothing more to learn
+                    break
+                unlocated.add(action)
                 notebook.append(f"{action}: could not be located")
                 continue
+            # a type may come again (another earlier turn it links to, another rule); as in the released
+            # code, the loop ends when a location adds nothing new
+            if rel.kind in LINKED_KINDS:
+                linked = {e.target for e in new_edges if e.relation == rel.kind}
+                rel = replace(rel, turns=tuple(k for k in rel.turns if k not in linked))
+                if not rel.turns:
+                    break
+            elif rel in node.relations:
+                break
+            g = self.graph
+            before = ([r.id for r in g.rules], len(g.retired), g.pointer)
             self._apply(rel, node, new_edges)  # at once: a topic move changes what the next step is shown
+            if rel.kind not in LINKED_KINDS and ([r.id for r in g.rules], len(g.retired), g.pointer) == before:
+                break
 
     # -- state updates --------------------------------------------------------------------------
 
