@@ -845,6 +845,10 @@ class GraphIF(WrapperPolicy):
             before = ([r.id for r in g.rules], len(g.retired), g.pointer)
             self._apply(rel, node, new_edges)  # at once: a topic move changes what the next step is shown
             if rel.kind not in LINKED_KINDS and ([r.id for r in g.rules], len(g.retired), g.pointer) == before:
+                if rel.kind == "new_topic" and action not in unlocated:  # the topic it names is the current one:
+                    unlocated.add(action)  # a misjudged change of topic; the released code then asks again
+                    notebook.append("new_topic: the request stays on the current topic")
+                    continue
                 break
 
     # -- state updates --------------------------------------------------------------------------

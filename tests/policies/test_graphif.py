@@ -321,6 +321,16 @@ def test_loop_stops_when_the_model_repeats_a_relation():
     assert policy.costs[1].calls["light"] == 5
 
 
+def test_a_return_to_the_current_topic_is_noted_and_the_loop_asks_again():
+    """A misjudged change of topic moves nothing; as in the released code, the next relation is asked for."""
+    truth = {2: [{"type": "new_topic", "return_to": 1, "label": ""}]}
+    policy = GraphIF(ScriptedPolicy(["reply"]), CannedClient(graphif_light(truth)), extraction="loop")
+    play(policy, ["First.", "Second."])
+    assert policy.graph.notebook[2] == ["new_topic: the request stays on the current topic"]
+    assert edges(policy.graph) == [] and len(policy.graph.topics) == 1
+    assert policy.costs[1].calls["light"] == 4  # intention, identify, locate, identify: done
+
+
 def test_a_type_found_again_with_other_turns_adds_them_and_the_loop_goes_on():
     """As in GraphIF's released code: the same relation type at another earlier turn is a new edge."""
 
