@@ -46,7 +46,14 @@ from ifgym.policies.self_refine import FEEDBACK_SYSTEM, REVISE_SYSTEM  # noqa: E
 
 LENGTHS = (10, 15, 20, 25)
 # GraphIF's paper setup (policy=graphif_paper); the ablations change one switch of it
-PAPER = {"extraction": "loop", "summary": True, "rewrite": "always", "rewrite_format": "final_response"}
+PAPER = {
+    "extraction": "loop",
+    "summary": True,
+    "rewrite": "always",
+    "rewrite_format": "final_response",
+    "view_chars": 1_000_000,  # nothing clipped, as the preset
+    "linked_chars": 1_000_000,
+}
 
 
 def light_model(body: dict[str, Any]) -> str:

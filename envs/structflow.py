@@ -20,6 +20,7 @@ from ifgym.rewards.structflow import summarize as structflow_summarize
 from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
 
 CONTEXTS = ("golden", "own")
+GRAPHIF_JUDGE_RETRIES = 4  # GraphIF's evaluator asks the judge up to 5 times while the verdict count is off
 # StructFlowBench's evaluation (arXiv 2502.14494; evaluation/ in github.com/MLGroupJLU/StructFlowBench):
 # its 155 dialogues with the reference answers as history, every turn answered, every checklist question
 # asked of GPT-4o in one call per turn. `env=structflow_paper` is these settings; `protocol()` lists
@@ -299,11 +300,30 @@ class StructFlowEnv(ChatEnv):
     def _graphif_deviations(self) -> list[str]:
         """How a replay of GraphIF's sets differs from GraphIF's own evaluation of them, in words."""
         deviations = [
-            "the judge is ifgym's checklist judge (StructFlowBench's prompt, one call per turn, unknown verdicts "
-            "counted), not GraphIF's evaluator",
+            "the judge is ifgym's checklist judge (one call per turn, unreadable verdicts unknown and counted as "
+            "neither), not GraphIF's evaluator (StructFlowBench's prompt with a golden-response section and notes "
+            "of its own; a turn whose verdicts it cannot read is left out of every metric)",
             "WCSR weighs structural items 2 and the others 1 (StructFlowBench's convention); GraphIF's scorer "
             "weighs every type but lower-case instruction 2",
         ]
+        judge = getattr(self.scorer, "judge", None)
+        if judge is not None and judge.mode != "paper":
+            deviations.append(
+                f"judge_mode={judge.mode}: ifgym's own checklist prompt and output shape; GraphIF's evaluator asks as "
+                "StructFlowBench's does (env=structflow_paper, or judge.mode=paper)"
+            )
+        if judge is not None and not self.judge_rule_items:
+            deviations.append(
+                "judge_rule_items=false: questions a rule can decide (word counts, keywords, opening and closing "
+                "words) are decided by rules; GraphIF's evaluator asks the judge every question "
+                "(env.judge_rule_items=true)"
+            )
+        if judge is not None and judge.max_retries != GRAPHIF_JUDGE_RETRIES:
+            deviations.append(
+                f"judge_max_retries={judge.max_retries}: GraphIF's evaluator tries up to "
+                f"{GRAPHIF_JUDGE_RETRIES + 1} times when the verdict count is off "
+                f"(env.judge_max_retries={GRAPHIF_JUDGE_RETRIES})"
+            )
         if self.context != "own":
             deviations.append(
                 "context=golden: reference answers as history; GraphIF replays its sets with the model's own "

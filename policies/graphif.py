@@ -61,9 +61,11 @@ Documented defaults for malformed light-model output: an extraction answer witho
 holding a `"relations"` list yields no relations (the turn continues the current topic; rules in
 force still bind; counted in `stats["extraction_failures"]`); a relation with an unknown type or
 no valid turn is dropped (`stats["dropped_relations"]`); in the loop, an unreadable identification
-ends the loop; a `"replaces"` id that names no rule in force is ignored (the aspect fallback
-applies; `stats["unknown_rule_ids"]`). A rewrite without a usable `"reply"` string
-falls back to the initial reply (`stats["rewrite_fallbacks"]`); so does a final-response rewrite
+ends the loop, and so does a location that adds nothing new (a type may come again with other turns
+or another rule, as in the released code) or a type located in vain twice; a `"replaces"` id that
+names no rule in force is ignored (the aspect fallback applies; `stats["unknown_rule_ids"]`). A
+rewrite without a usable `"reply"` string falls back to the initial reply
+(`stats["rewrite_fallbacks"]`); so does a final-response rewrite
 (`rewrite_format="final_response"`) without its "Final response:" section. A summary answer
 without a usable `"summary"` string leaves the node without one (`stats["summary_failures"]`).
 
@@ -77,7 +79,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ifgym.answers import item_number, json_object
@@ -116,11 +118,39 @@ __all__ = [
 # The kinds of GraphIF's edges (a turn's relation to earlier ones); not StructFlow's relations (ifgym.core.structflow).
 EDGE_KINDS = ("global_constraint", "context_anchored", "modify", "summary", "new_topic")
 EXTRACTIONS = ("fast", "loop", "single")
+LINKED_KINDS = ("context_anchored", "modify", "summary")  # relations located at earlier turns whose content binds
 REWRITES = ("when_bound", "always", "never")
 REWRITE_FORMATS = ("json", "final_response")
 FINAL_RESPONSE = "Final response:"
-# GraphIF's own sampling settings (its paper's experiments), compared in `GraphIF.protocol()`.
-PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20}
+# GraphIF's own sampling settings (its released code's, for every call), compared in `GraphIF.protocol()`;
+# top_k and repetition_penalty are extra request fields (vLLM's names).
+PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05, "max_tokens": 2048}
+# How the agent loop (extraction="loop") works apart from GraphIF's released code, whatever the settings.
+LOOP_DIFFERENCES = (
+    "intention: the call sees the light model's view (topics, rules in force, earlier turns); the released code's "
+    "sees the request alone",
+    "identification: at most max_steps calls a turn; the released code sets no cap (both stop at done, or at a "
+    "location that adds nothing new)",
+    "global constraint: a location call states the rule (its words, aspect, the rule it replaces) and a replaced "
+    "rule is retired; the released code makes no call (the whole request is the rule) and keeps every rule, its "
+    "rewrite prompt saying the later of two conflicting rules wins",
+    "new topic: one location call (a new topic, or a turn of the earlier one) and the loop goes on; the released "
+    "code confirms it with a second call, asks which earlier topic in a third when there are any, and ends the loop",
+)
+PROMPTS = "prompts in ifgym's own words, not the released code's"
+REWRITE_DIFFERENCE = (
+    "rewrite prompt: per relation its definition, how it binds the answer and the linked turns, with the env's "
+    "standing instructions; the released code's gives the linked turns and the requests that set global "
+    "constraints, and asks for English only"
+)
+NO_SYSTEM_PROMPT = (
+    "the answering call has no system prompt unless the env sets one; the released code's has a generic "
+    "helpful-assistant one (policy.system_prompt=...)"
+)
+SUMMARY_DIFFERENCE = (
+    "summaries: the light model's views show each earlier turn's summary in place of its answer; the released code "
+    "shows the current topic's turns in full and the summaries only in the notebook, for the turns already linked"
+)
 RULE_ACTIONS = ("add", "update", "remove")
 DONE = "done"
 
@@ -504,8 +534,13 @@ def read_relations(data: Mapping[str, Any] | None, turn: int) -> tuple[list[Rela
 
 
 def final_response(text: str) -> str | None:
-    """The answer after the last "Final response:" line of a final-response rewrite; None without one."""
-    found = list(re.finditer(r"^[#*\s]*final response\s*[:：]?[*\s]*:?[*]*[ \t]*", text, re.IGNORECASE | re.MULTILINE))
+    """The answer after the last "Final response:" line of a final-response rewrite; None without one.
+
+    The released code's heading ("## FINAL-RESPONSE") is read too.
+    """
+    found = list(
+        re.finditer(r"^[#*\s]*final[ _-]response\s*[:：]?[*\s]*:?[*]*[ \t]*", text, re.IGNORECASE | re.MULTILINE)
+    )
     if not found:
         return None
     reply = text[found[-1].end() :].strip()
@@ -610,8 +645,13 @@ class GraphIF(WrapperPolicy):
         return "GraphIF" if self.use_graph_prompt else "GraphIF w/o graph prompt"
 
     def protocol(self) -> dict[str, Any]:
-        """The variant's name and each way this setup differs from GraphIF's paper, in words (the results table's)."""
-        deviations = []
+        """The variant's name and each way this setup differs from GraphIF's paper and released code, in words.
+
+        The results table prints them: the prompts' wording, the settings that differ, what no setting
+        removes (how ifgym's loop, views and rewrite prompt work apart from the released code's), then
+        the answering call's system prompt, the models and the sampling.
+        """
+        deviations = [PROMPTS]
         if self.extraction == "fast":
             deviations.append(
                 "extraction=fast: one structured extraction call, the paper's w/o-agent ablation (Table 3), not its "
@@ -631,6 +671,14 @@ class GraphIF(WrapperPolicy):
             deviations.append(
                 "rewrite_format=json: the rewrite answers in JSON, not in the paper's final-response section"
             )
+        if self.extraction == "loop":
+            deviations += LOOP_DIFFERENCES
+        if self.summary:
+            deviations.append(SUMMARY_DIFFERENCE)
+        if self.rewrite != "never":
+            deviations.append(REWRITE_DIFFERENCE)
+        if getattr(self.base, "system_prompt", None) is None:
+            deviations.append(NO_SYSTEM_PROMPT)
         deviations += self._model_deviations()
         return {
             "name": self.variant(),
@@ -652,11 +700,21 @@ class GraphIF(WrapperPolicy):
                 f"light model {light.model} ({where}) is not the backbone {base.model}: the paper uses one model"
             )
         if base is not None:
-            used = {"temperature": base.temperature, "top_p": base.top_p, "top_k": base.extra.get("top_k")}
-            if used != PAPER_SAMPLING:
-                said = ", ".join(f"{k}={v}" for k, v in used.items())
-                paper = ", ".join(f"{k}={v}" for k, v in PAPER_SAMPLING.items())
-                out.append(f"sampling {said}: the paper's is {paper} (top_k via policy.llm.extra.top_k)")
+            used = {
+                "temperature": base.temperature,
+                "top_p": base.top_p,
+                "top_k": base.extra.get("top_k"),
+                "repetition_penalty": base.extra.get("repetition_penalty"),
+                "max_tokens": base.max_tokens,
+            }
+            differ = [k for k, v in PAPER_SAMPLING.items() if used[k] != v]
+            if differ:
+                said = ", ".join(f"{k}={used[k]}" for k in differ)
+                paper = ", ".join(f"{k}={PAPER_SAMPLING[k]}" for k in differ)
+                out.append(
+                    f"sampling {said}: the released code's is {paper} (top_k and repetition_penalty as "
+                    "policy.llm.extra fields, vLLM's names)"
+                )
         return out
 
     def episode_record(self) -> dict[str, Any]:
@@ -744,7 +802,7 @@ class GraphIF(WrapperPolicy):
         )
         data = json_object(out.text)
         node.intention = _text(data.get("intention")) if data is not None else ""
-        tried: set[str] = set()
+        unlocated: set[str] = set()
         notebook = self.graph.notebook.setdefault(t, [])
         for _ in range(self.max_steps):
             out = yield LightCall(
@@ -759,9 +817,6 @@ class GraphIF(WrapperPolicy):
                 if action != DONE:
                     self.stats["extraction_failures"] += 1
                 break
-            if action in tried:  # the model repeats itself: the notebook already holds this one
-                break
-            tried.add(action)
             out = yield LightCall(
                 [
                     {"role": "system", "content": locate_system(action)},
@@ -772,9 +827,29 @@ class GraphIF(WrapperPolicy):
             rel = read_relation(data, action, t) if data is not None else None
             if rel is None:
                 self.stats["dropped_relations"] += 1
+                if action in unlocated:  # asked for again and still not located: nothing more to learn
+                    break
+                unlocated.add(action)
                 notebook.append(f"{action}: could not be located")
                 continue
+            # a type may come again (another earlier turn it links to, another rule); as in the released
+            # code, the loop ends when a location adds nothing new
+            if rel.kind in LINKED_KINDS:
+                linked = {e.target for e in new_edges if e.relation == rel.kind}
+                rel = replace(rel, turns=tuple(k for k in rel.turns if k not in linked))
+                if not rel.turns:
+                    break
+            elif rel in node.relations:
+                break
+            g = self.graph
+            before = ([r.id for r in g.rules], len(g.retired), g.pointer)
             self._apply(rel, node, new_edges)  # at once: a topic move changes what the next step is shown
+            if rel.kind not in LINKED_KINDS and ([r.id for r in g.rules], len(g.retired), g.pointer) == before:
+                if rel.kind == "new_topic" and action not in unlocated:  # the topic it names is the current one:
+                    unlocated.add(action)  # a misjudged change of topic; the released code then asks again
+                    notebook.append("new_topic: the request stays on the current topic")
+                    continue
+                break
 
     # -- state updates --------------------------------------------------------------------------
 

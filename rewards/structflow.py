@@ -317,8 +317,18 @@ TOP_LOGPROBS = 20  # alternatives asked for the answer's first token
 TAGS = ("reply", "request", "history", "item", "golden")  # the prompt's own tags, defanged in what goes between them
 
 
-def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], str, str]:
-    """(earlier turns as lines, the current request, its turn name) from messages ending with the request."""
+def _round_name(index: int) -> str:
+    """GraphIF's name of the turn at 0-based `index` (its sets' questions say "from Round 13"): 0 -> 'Round 0'."""
+    return f"Round {index}"
+
+
+def _dialogue(history: Sequence[Mapping[str, str]] | None, rounds: bool = False) -> tuple[list[str], str, str]:
+    """(earlier turns as lines, the current request, its turn name) from messages ending with the request.
+
+    Turns are named as StructFlowBench does ('c1', 'c2', ...), or with `rounds` as GraphIF's sets do
+    ('Round 0', 'Round 1', ...).
+    """
+    name = _round_name if rounds else turn_name
     messages = [m for m in history or () if isinstance(m, Mapping) and m.get("role") in ("user", "assistant")]
     last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
     if last_user is None:
@@ -328,8 +338,8 @@ def _dialogue(history: Sequence[Mapping[str, str]] | None) -> tuple[list[str], s
         if m["role"] == "user":
             turn += 1
         who = "User" if m["role"] == "user" else "Assistant"
-        lines.append(f"[{turn_name(max(turn - 1, 0))}] {who}: {defang(str(m.get('content', '')), TAGS)}")
-    return lines, str(messages[last_user].get("content", "")), turn_name(turn)
+        lines.append(f"[{name(max(turn - 1, 0))}] {who}: {defang(str(m.get('content', '')), TAGS)}")
+    return lines, str(messages[last_user].get("content", "")), name(turn)
 
 
 # Answer length per call when not fixed: an entry with a one-sentence reason is well under 96 tokens,
@@ -401,10 +411,14 @@ class ChecklistJudge(Judge):
     # --- probability mode ---------------------------------------------------------------------
 
     def probability_messages(
-        self, reply: str, item: ChecklistItem, history: Sequence[Mapping[str, str]] | None = None
+        self,
+        reply: str,
+        item: ChecklistItem,
+        history: Sequence[Mapping[str, str]] | None = None,
+        rounds: bool = False,
     ) -> list[Message]:
         """The prompt of one item in probability mode: conversation, request, reply, then the question last."""
-        earlier, request, current = _dialogue(history)
+        earlier, request, current = _dialogue(history, rounds)
         parts = []
         if earlier:
             parts.append("The conversation so far:\n<history>\n" + "\n".join(earlier) + "\n</history>")
@@ -446,28 +460,36 @@ class ChecklistJudge(Judge):
         return Verdict(label, f"{why} from the server: read from the answer's text", self.source), None
 
     def yes_probabilities(
-        self, reply: str, items: Sequence[ChecklistItem], history: Sequence[Mapping[str, str]] | None = None
+        self,
+        reply: str,
+        items: Sequence[ChecklistItem],
+        history: Sequence[Mapping[str, str]] | None = None,
+        rounds: bool = False,
     ) -> list[tuple[Verdict, float | None]]:
         """Probability mode's verdict and P(yes) of each item, one call per item (blocking)."""
         out = []
         for item in items:
             self._count("calls")
             completion = self.client.chat(
-                self.probability_messages(reply, item, history), max_tokens=1, top_logprobs=TOP_LOGPROBS
+                self.probability_messages(reply, item, history, rounds), max_tokens=1, top_logprobs=TOP_LOGPROBS
             )
             out.append(self._probability_verdict(completion))
         self._unknown([v for v, _ in out])
         return out
 
     async def ayes_probabilities(
-        self, reply: str, items: Sequence[ChecklistItem], history: Sequence[Mapping[str, str]] | None = None
+        self,
+        reply: str,
+        items: Sequence[ChecklistItem],
+        history: Sequence[Mapping[str, str]] | None = None,
+        rounds: bool = False,
     ) -> list[tuple[Verdict, float | None]]:
         """Async twin of `yes_probabilities` (the items in order: they share a cached prefix)."""
         out = []
         for item in items:
             self._count("calls")
             completion = await self.client.achat(
-                self.probability_messages(reply, item, history), max_tokens=1, top_logprobs=TOP_LOGPROBS
+                self.probability_messages(reply, item, history, rounds), max_tokens=1, top_logprobs=TOP_LOGPROBS
             )
             out.append(self._probability_verdict(completion))
         self._unknown([v for v, _ in out])
@@ -479,13 +501,15 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Message]:
         """The prompt: earlier turns, the current request, a reference answer (when given), the reply, the questions.
 
-        `golden` is the turn's reference answer (GraphIF's evaluator shows it to its judge); without
-        it the prompt is StructFlowBench's, byte for byte.
+        `golden` is the turn's reference answer (GraphIF's evaluator shows it to its judge); `rounds`
+        names the turns 'Round 0', 'Round 1', ... as GraphIF's sets and evaluator do (their
+        questions name turns so). Without both the prompt is StructFlowBench's, byte for byte.
         """
-        earlier, request, current = _dialogue(history)
+        earlier, request, current = _dialogue(history, rounds)
         parts = []
         if earlier:
             parts.append("The conversation so far:\n<history>\n" + "\n".join(earlier) + "\n</history>")
@@ -523,14 +547,16 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Verdict]:
-        """One verdict per item, in order (no call for an empty list); `golden`: the turn's reference answer."""
+        """One verdict per item, in order (no call for an empty list); `golden`, `rounds`: see `build_messages`."""
         items = list(items)
         if self.mode == "probability":
-            self._converse(reply, items, history, golden)  # the same argument checks
+            self._converse(reply, items, history, golden, rounds)  # the same argument checks
             self._no_golden(golden)
-            return [v for v, _ in self.yes_probabilities(reply, items, history)]
-        return self._run(self._converse(reply, items, history, golden), max_tokens=self.answer_tokens(len(items)))
+            return [v for v, _ in self.yes_probabilities(reply, items, history, rounds=rounds)]
+        conversation = self._converse(reply, items, history, golden, rounds)
+        return self._run(conversation, max_tokens=self.answer_tokens(len(items)))
 
     async def ajudge(
         self,
@@ -538,14 +564,15 @@ class ChecklistJudge(Judge):
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> list[Verdict]:
         """Async twin of `judge`."""
         items = list(items)
         if self.mode == "probability":
-            self._converse(reply, items, history, golden)
+            self._converse(reply, items, history, golden, rounds)
             self._no_golden(golden)
-            return [v for v, _ in await self.ayes_probabilities(reply, items, history)]
-        conversation = self._converse(reply, items, history, golden)
+            return [v for v, _ in await self.ayes_probabilities(reply, items, history, rounds=rounds)]
+        conversation = self._converse(reply, items, history, golden, rounds)
         return await self._arun(conversation, max_tokens=self.answer_tokens(len(items)))
 
     def _no_golden(self, golden: str | None) -> None:
@@ -562,6 +589,7 @@ class ChecklistJudge(Judge):
         items: list[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> Conversation[list[Verdict]]:
         if not isinstance(reply, str):
             raise ConfigError(f"ChecklistJudge needs the reply as a str, got {type(reply).__name__}")
@@ -572,7 +600,7 @@ class ChecklistJudge(Judge):
         for item in items:
             if not isinstance(item, ChecklistItem):
                 raise ConfigError(f"ChecklistJudge needs ChecklistItem objects, got {type(item).__name__} {item!r:.80}")
-        return self._dialogue(reply, items, history, golden)
+        return self._dialogue(reply, items, history, golden, rounds)
 
     def _dialogue(
         self,
@@ -580,12 +608,13 @@ class ChecklistJudge(Judge):
         items: list[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None,
         golden: str | None = None,
+        rounds: bool = False,
     ) -> Conversation[list[Verdict]]:
         n = len(items)
         if n == 0:
             return []
         best, attempts = yield from self.ask(
-            self.build_messages(reply, items, history, golden),
+            self.build_messages(reply, items, history, golden, rounds),
             lambda text: parse_judgements(text, n, "judge result" if self.mode == "paper" else "results"),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: parse.complete(n),
@@ -648,9 +677,15 @@ class StructFlowScorer(RulesThenJudge):
         self.judge_golden = judge_golden
 
     def _judge_options(self, spec: TurnSpec) -> dict[str, Any]:
-        """`judge_golden`: the turn's reference answer goes to the judge (as GraphIF's evaluator shows it)."""
+        """`judge_golden`: the turn's reference answer goes to the judge (as GraphIF's evaluator shows it).
+
+        On GraphIF's sets the judge names the turns 'Round 0', 'Round 1', ..., as their questions do.
+        """
         golden = spec.meta.get("golden_answer") if self.judge_golden else None
-        return {"golden": golden} if golden is not None else {}
+        options: dict[str, Any] = {"golden": golden} if golden is not None else {}
+        if spec.meta.get("turn_names") == "rounds":
+            options["rounds"] = True
+        return options
 
     unjudged = no_judge(
         "this item needs a judge (judge='llm'); rules decide only items with a rule-checkable constraint"

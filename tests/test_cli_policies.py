@@ -138,7 +138,8 @@ def test_graphif_with_scripted_base_and_a_light_server(tmp_path, capsys):
     out_text = capsys.readouterr().out
     assert "policy counters: extraction_failures 0, dropped_relations 0, rewrites 0" in out_text
     # the default extraction is the paper's w/o-agent ablation, and the table says so
-    assert "policy: GraphIF w/o agent (fast)\nnot GraphIF's setup:\n  - extraction=fast" in out_text
+    assert "policy: GraphIF w/o agent (fast)\nnot GraphIF's setup:\n  - prompts in ifgym's own words" in out_text
+    assert "\n  - extraction=fast: one structured extraction call" in out_text
     assert summary["policy_protocol"]["name"] == "GraphIF w/o agent (fast)"
     trace = json.loads(out.read_text().splitlines()[0])["meta"]["policy_trace"]
     assert [n["turn"] for n in trace["graph"]["nodes"]] == [1, 2, 3] and len(trace["costs"]) == 3

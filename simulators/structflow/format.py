@@ -177,6 +177,8 @@ class Dialogue:
             "golden_answer": turn.answer,
             "plan": turn.plan,
         }
+        if self.meta.get("format") == "graphif":  # its questions name turns "Round 0", "Round 1", ...: the judge too
+            meta["turn_names"] = "rounds"
         return TurnSpec(
             constraints=(),
             topic=self.topic,

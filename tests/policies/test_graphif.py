@@ -23,7 +23,7 @@ from support.canned_server import CannedServer
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.policies import ChatPolicy, GraphIF, ScriptedPolicy
-from ifgym.policies.graphif import FAST_SYSTEM, IDENTIFY_SYSTEM, REWRITE_SYSTEM, read_relation
+from ifgym.policies.graphif import FAST_SYSTEM, IDENTIFY_SYSTEM, INTENTION_SYSTEM, REWRITE_SYSTEM, read_relation
 
 # A dialogue about houseplants with a rule set at turn 1, a summary of turns 2-5, a switch to a
 # trip and a return to the plants, and a last turn that replaces the rule.
@@ -317,7 +317,41 @@ def test_loop_stops_when_the_model_repeats_a_relation():
     policy = GraphIF(ScriptedPolicy(["reply"]), CannedClient(light), extraction="loop", max_steps=6)
     play(policy, ["First.", "Second."])
     assert edges(policy.graph) == [(2, 1, "context_anchored")]
-    assert policy.costs[1].calls["light"] == 4  # intention, identify, locate, identify (repeat: stop)
+    # intention, identify, locate, identify (again), locate (the same turn: nothing new, stop)
+    assert policy.costs[1].calls["light"] == 5
+
+
+def test_a_return_to_the_current_topic_is_noted_and_the_loop_asks_again():
+    """A misjudged change of topic moves nothing; as in the released code, the next relation is asked for."""
+    truth = {2: [{"type": "new_topic", "return_to": 1, "label": ""}]}
+    policy = GraphIF(ScriptedPolicy(["reply"]), CannedClient(graphif_light(truth)), extraction="loop")
+    play(policy, ["First.", "Second."])
+    assert policy.graph.notebook[2] == ["new_topic: the request stays on the current topic"]
+    assert edges(policy.graph) == [] and len(policy.graph.topics) == 1
+    assert policy.costs[1].calls["light"] == 4  # intention, identify, locate, identify: done
+
+
+def test_a_type_found_again_with_other_turns_adds_them_and_the_loop_goes_on():
+    """As in GraphIF's released code: the same relation type at another earlier turn is a new edge."""
+
+    def light(messages):
+        system, prompt = messages[0]["content"], messages[-1]["content"]
+        if current_turn(prompt) < 3 or system == INTENTION_SYSTEM:
+            return '{"action": "done"}' if system == IDENTIFY_SYSTEM else '{"intention": "x"}'
+        if system == IDENTIFY_SYSTEM:  # anchored twice, then done
+            twice = prompt.count("context_anchored: turns") >= 2
+            return json.dumps({"action": "done" if twice else "context_anchored"})
+        located = 2 if "context_anchored: turns 1" in prompt else 1
+        return json.dumps({"turns": [located], "binds": f"use turn {located}"})
+
+    policy = GraphIF(ScriptedPolicy(["reply"]), CannedClient(light), extraction="loop")
+    play(policy, ["First.", "Second.", "Compare them."])
+    assert edges(policy.graph) == [(3, 1, "context_anchored"), (3, 2, "context_anchored")]
+    assert policy.costs[2].calls["light"] == 6  # intention, (identify, locate) x 2, identify: done
+    assert policy.graph.notebook[3] == [
+        "context_anchored: turns 1 (use turn 1)",
+        "context_anchored: turns 2 (use turn 2)",
+    ]
 
 
 @pytest.mark.parametrize(

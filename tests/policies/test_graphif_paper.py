@@ -25,7 +25,12 @@ from ifgym.policies import ChatPolicy, GraphIF, SelfRefine
 from ifgym.policies.graphif import (
     FINAL_RESPONSE_SYSTEM,
     IDENTIFY_SYSTEM,
+    LOOP_DIFFERENCES,
+    NO_SYSTEM_PROMPT,
+    PROMPTS,
+    REWRITE_DIFFERENCE,
     REWRITE_SYSTEM,
+    SUMMARY_DIFFERENCE,
     SUMMARY_SYSTEM,
     final_response,
 )
@@ -129,6 +134,8 @@ def test_an_unreadable_summary_is_counted_and_leaves_the_answer_in_view(servers)
         ("Final response:\ndraft\nFinal response:\nbetter", "better"),  # the last section wins
         ("I checked everything.", None),  # no section: the rewrite is unusable
         ("Final response:\n   ", None),  # an empty section too
+        ("## ANALYSIS & RATIONALE\nAll met.\n## FINAL-RESPONSE\nThe answer.", "The answer."),  # the released code's
+        ("Check.\nfinal_response: The answer.", "The answer."),  # an underscore
     ],
 )
 def test_final_response_reads_the_section_after_the_marker(text, reply):
@@ -172,7 +179,7 @@ def test_without_the_graph_prompt_relations_are_named_without_definitions_or_lin
     assert "What it means:" in full and "Turn 1, user: Name three rivers of Europe." in full
     assert "What it means:" not in without and "Turn 1, user:" not in without and "Turn 1, assistant:" not in without
     assert ablated.variant() == "GraphIF w/o graph prompt"
-    assert ablated.protocol()["deviations"][0] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
+    assert ablated.protocol()["deviations"][1] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
 
 
 def served(server, role, **settings):
@@ -180,31 +187,51 @@ def served(server, role, **settings):
     return make_client({**config, **settings}, role)
 
 
-PAPER_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "extra": {"top_k": 20}}
+PAPER_SAMPLING = {
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "max_tokens": 2048,
+    "extra": {"top_k": 20, "repetition_penalty": 1.05},
+}
+# what no setting removes: the paper's loop with its summary call and rewrite, as ifgym implements it
+FIXED = [PROMPTS, *LOOP_DIFFERENCES, SUMMARY_DIFFERENCE, REWRITE_DIFFERENCE]
 
 
-def test_the_paper_setup_has_no_deviation_and_each_difference_is_named(servers):
+def test_the_paper_setup_lists_only_what_no_setting_removes_and_each_setting_difference_is_named(servers):
     base, light = servers
     backbone = served(base, "policy", **PAPER_SAMPLING)
-    paper = GraphIF(
-        ChatPolicy(backbone),
-        served(base, "light", **PAPER_SAMPLING),
-        extraction="loop",
-        summary=True,
-        rewrite_format="final_response",
-    )
-    assert paper.protocol()["name"] == "GraphIF" and paper.protocol()["deviations"] == []
-    assert paper.protocol()["env"] == {"context": "own", "judge_golden": True}
+
+    def paper(system_prompt):
+        chat = ChatPolicy(backbone, system_prompt=system_prompt)
+        light_model = served(base, "light", **PAPER_SAMPLING)
+        return GraphIF(chat, light_model, extraction="loop", summary=True, rewrite_format="final_response")
+
+    assert paper("Be helpful.").protocol()["name"] == "GraphIF"
+    assert paper("Be helpful.").protocol()["deviations"] == FIXED
+    # without a system prompt of its own the answering call differs from the released code's
+    assert paper(None).protocol()["deviations"] == [*FIXED, NO_SYSTEM_PROMPT]
+    assert paper(None).protocol()["env"] == {"context": "own", "judge_golden": True}
     fast = GraphIF(ChatPolicy(served(base, "policy")), served(light, "light", model="small"))
     said = fast.protocol()
     assert said["name"] == "GraphIF w/o agent (fast)"
     assert [d.split(": ")[0] for d in said["deviations"]] == [
+        PROMPTS,
         "extraction=fast",
         "summary=false",
         "rewrite=when_bound",
         "rewrite_format=json",
+        "rewrite prompt",
+        "the answering call has no system prompt unless the env sets one; the released code's has a generic "
+        "helpful-assistant one (policy.system_prompt=...)",
         "light model small (" + light.base_url + ") is not the backbone canned-model",
-        "sampling temperature=0.0, top_p=None, top_k=None",
+        "sampling temperature=0.0, top_p=None, top_k=None, repetition_penalty=None, max_tokens=512",
+    ]
+    # only the sampling settings that differ are named
+    near = GraphIF(ChatPolicy(served(base, "policy", **{**PAPER_SAMPLING, "max_tokens": 1024})), extraction="loop")
+    sampling = [d for d in near.protocol()["deviations"] if d.startswith("sampling")]
+    assert sampling == [
+        "sampling max_tokens=1024: the released code's is max_tokens=2048 (top_k and repetition_penalty as "
+        "policy.llm.extra fields, vLLM's names)"
     ]
 
 
@@ -281,16 +308,19 @@ def model_server(body):
 
 
 def yes_judge(messages):
+    """Yes to every item, in the plain judge's shape and in the paper-shaped one (env=structflow_paper's)."""
     n = messages[-1]["content"].count("<item ")
+    if "judge result" in messages[0]["content"]:
+        return json.dumps({"judge result": [{"judgement": "Yes", "reason": "it does"}] * n})
     return json.dumps({"results": [{"item": i + 1, "judgement": "Yes"} for i in range(n)]})
 
 
-def eval_cli(tmp_path, model, judge, *overrides):
+def eval_cli(tmp_path, model, judge, *overrides, env="structflow"):
     data = tmp_path / "graphif_set.jsonl"
     data.write_text("".join(json.dumps(d) + "\n" for d in MADE_UP_SET), encoding="utf-8")
     args = [
         "eval",
-        "env=structflow",
+        f"env={env}",
         f"env.dataset={data}",
         "judge=llm",
         f"judge.llm.base_url={judge.base_url}",
@@ -320,29 +350,41 @@ def eval_cli(tmp_path, model, judge, *overrides):
 def test_graphif_paper_replays_a_graphif_set_with_its_own_replies_and_the_golden_block(tmp_path):
     with CannedServer(replies=model_server) as model, CannedServer(replies=gold_or(yes_judge)) as judge:
         out, summary = eval_cli(
-            tmp_path, model, judge, "policy=graphif_paper", "env.context=own", "env.judge_golden=true"
+            tmp_path,
+            model,
+            judge,
+            "policy=graphif_paper",
+            "env.context=own",
+            "env.judge_golden=true",
+            "policy.system_prompt=Be helpful.",
+            "+policy.llm.extra.repetition_penalty=1.05",
+            env="structflow_paper",
         )
         bodies = list(model.requests)
         judged = [r["messages"][-1]["content"] for r in judge.requests if "<item " in r["messages"][-1]["content"]]
-    # the paper's sampling reaches every request, light calls included (one server: the light model is the backbone)
-    assert {(b["temperature"], b["top_p"], b["top_k"]) for b in bodies} == {(0.7, 0.8, 20)}
+    # the released code's sampling reaches every request, light calls included (one server: the light model is
+    # the backbone)
+    sampling = {(b["temperature"], b["top_p"], b["top_k"], b["repetition_penalty"], b["max_tokens"]) for b in bodies}
+    assert sampling == {(0.7, 0.8, 20, 1.05, 2048)}
     assert SUMMARY_SYSTEM in [b["messages"][0]["content"] for b in bodies]
     # own context: the second turn's draft carries the model's own first reply, not the reference answer
-    drafts = [b["messages"] for b in bodies if b["messages"][0]["role"] != "system"]
+    drafts = [b["messages"] for b in bodies if b["messages"][0]["content"] == "Be helpful."]  # the answering calls
     assert [m["content"] for m in drafts[1] if m["role"] == "assistant"] == ["revised answer"]
     assert "GOLDEN-0" not in json.dumps(drafts)
     # the judge sees each turn's reference answer in its own block
     turn_prompts = [p for p in judged if "Round 0" in p or "three rivers" in p]
     assert any("<golden>\nGOLDEN-0: Rhine, Danube, Loire.\n</golden>" in p for p in turn_prompts)
     assert any("<golden>\nGOLDEN-1: The Danube.\n</golden>" in p for p in turn_prompts)
-    assert summary["policy_protocol"]["name"] == "GraphIF" and summary["policy_protocol"]["deviations"] == []
+    # and names the turns as the set's questions do ("Does it pick a river from Round 0?")
+    assert any("[Round 0] User: Name three rivers" in p and "request (Round 1)" in p for p in judged)
+    # what no setting removes: the policy's fixed lines, ifgym's judge and StructFlowBench's weights
+    assert summary["policy_protocol"]["name"] == "GraphIF" and summary["policy_protocol"]["deviations"] == FIXED
     assert summary["protocol"]["context"] == "own" and summary["protocol"]["judge_golden"] is True
-    # what still differs is the measurement: ifgym's judge and StructFlowBench's weights
     assert [d.split(" ")[:3] for d in summary["protocol"]["deviations"]] == [
         ["the", "judge", "is"],
         ["WCSR", "weighs", "structural"],
     ]
-    assert "policy: GraphIF\nGraphIF's setup" in out
+    assert f"policy: GraphIF\nnot GraphIF's setup:\n  - {PROMPTS}" in out
     assert summary["policy_cost"]["calls_per_turn"] == 5.0  # no relation found: 3 light + 2 base per turn
 
 
@@ -361,10 +403,18 @@ def test_graphif_with_golden_context_says_it_is_not_the_papers_setup(tmp_path):
     assert summary["protocol"]["context"] == "golden" and not any("<golden>" in p for p in judged)
     assert "policy: GraphIF w/o agent (fast)" in out
     # the env compares the replay of GraphIF's set with GraphIF's own (the policy's lines do not repeat it)
+    # env=structflow's judge settings are not GraphIF's evaluator's either: each names the setting that fixes it
     deviations = summary["protocol"]["deviations"]
-    assert summary["protocol"]["paper"] == "GraphIF" and len(deviations) == 4
-    assert deviations[2].startswith("context=golden: reference answers as history")
-    assert deviations[3].startswith("judge_golden=false: the judge sees no reference answer")
+    assert summary["protocol"]["paper"] == "GraphIF"
+    assert [d.split(":")[0] for d in deviations[2:]] == [
+        "judge_mode=plain",
+        "judge_rule_items=false",
+        "judge_max_retries=2",
+        "context=golden",
+        "judge_golden=false",
+    ]
+    assert deviations[5].startswith("context=golden: reference answers as history")
+    assert deviations[6].startswith("judge_golden=false: the judge sees no reference answer")
     assert "not GraphIF's protocol:\n  - the judge is ifgym's checklist judge" in out
     assert "env.context=golden: GraphIF's runs use" not in out
 

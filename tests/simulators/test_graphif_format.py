@@ -159,6 +159,38 @@ def test_replay_with_golden_history_and_metrics_per_dialogue_and_type(tmp_path):
     assert s["items"] == 11 and s["DRFR"] == pytest.approx(9 / 11) and s["WCSR_pooled"] == pytest.approx(11 / 15)
 
 
+def test_the_judge_names_the_turns_as_graphifs_questions_do(tmp_path):
+    """Its questions say "Round 0" for the first turn: the judge's history and request say so too."""
+    prompts = []
+
+    def judge(messages):
+        prompts.append(messages[-1]["content"])
+        return judge_by_rounds(messages)
+
+    env = gym.make(
+        "ifgym/StructFlow-v0",
+        dataset=str(write(tmp_path, SFB_STYLE)),
+        judge="llm",
+        judge_llm=CannedClient(judge, role="judge"),
+        judge_rule_items=True,
+    )
+    env.reset(seed=0)
+    env.step("A fox woke the village.")
+    env.step("I am the bell.")
+    assert "The user's current request (Round 0):" in prompts[0]
+    assert f"[Round 0] User: {STORY}" in prompts[1] and "The user's current request (Round 1):" in prompts[1]
+    assert "[c1]" not in prompts[1]
+    # the reader marks GraphIF's turns; StructFlowBench's own keep its names (c1, c2, ...)
+    assert load_dataset(write(tmp_path, SFB_STYLE))[0].spec(1).meta["turn_names"] == "rounds"
+    assert "turn_names" not in load_dataset("structflowbench")[0].spec(1).meta
+
+
+def test_a_line_without_an_id_is_numbered_by_its_place_from_0(tmp_path):
+    """The released mteval_graphif.jsonl has no dialogue ids."""
+    no_id = {k: v for k, v in MTEVAL_STYLE.items() if k != "id"}
+    assert [d.id for d in load_dataset(write(tmp_path, no_id, SFB_STYLE))] == ["graphif-0", "graphif-1"]
+
+
 @pytest.mark.parametrize(
     ("mutate", "fragment"),
     [
