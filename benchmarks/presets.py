@@ -7,15 +7,18 @@ a child process: Hydra config, the judge's audit, the episodes, the report) with
 (policy, judge, user) pointed at one canned OpenAI-compatible server in a process of its own, which
 answers every prompt usably and at once: the policy with a fixed reply of `--reply-words` words, the
 judges with a well-formed answer (yes to everything), the user model with a draft that passes its
-checks, any other prompt of ifgym's (a pipeline stage) as the golden test's stand-in does
+checks, FlexBench's paper pipeline as tests/support's stand-in does, any other prompt of ifgym's as the golden
+test's stand-in does
 (tests/golden/doubles.py). The table gives, per played turn and role, the model calls and the prompt
 and completion tokens (from the run's `summary.json`, as the server counts them: whitespace-separated
 words, fewer than a real tokenizer's; the completions are canned, so only the prompt side says what a
-real run sends), and the wall seconds of the command's stages: the judge's audit on ifgym's gold set
-(its calls are counted apart: a run pays them once per judge, mode and prompt, then reads the cache),
-the episodes, the report, and any pipeline stage a preset names. A preset whose dialogues last as long
-as the policy keeps its user's patience (EvolIF's) plays `--turns` turns with patience off instead: the
-fixed reply fails most rules, and three-turn dialogues would say little about a long run's turns.
+real run sends), the calls outside the turns (the judge's audit, paid once per judge, mode and prompt, then
+read from the cache; a dimension pipeline, once per SOP), and the wall seconds of the command's stages: the
+audit, the episodes, the report, and any pipeline stage a preset names (FlexBench's paper pipeline, run on
+tests/support's toy SOP, which the server's stand-in pipeline model answers stage by stage). A preset
+whose dialogues last as long as the policy keeps its user's patience (EvolIF's) plays `--turns` turns with
+patience off instead: the fixed reply fails most rules, and three-turn dialogues would say little about a
+long run's turns.
 
 Adding a preset is one row of `PRESETS`: its name, the overrides it needs besides the models' URLs,
 the pipeline stages to time (`module:function`, wrapped where the command looks them up), and whether
@@ -31,7 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +51,15 @@ class Preset:
     name: str
     overrides: tuple[str, ...] = ()
     stages: tuple[str, ...] = ()  # "module:function", timed where the command calls it
+    files: tuple[tuple[str, Callable[[], str]], ...] = ()  # (name, its text) written to the run's folder: `{tmp}`
     open_ended: bool = False  # the dialogue lasts while the user's patience does: play --turns turns instead
+
+
+def toy_sop() -> str:
+    """The toy SOP the stand-in pipeline model answers (tests/support/flexbench_pipeline.py), as an SOP file."""
+    from support.flexbench_pipeline import PAPER_SOP
+
+    return f"---\nopening_line: Hello, this is PayCo calling about your new store.\n---\n{PAPER_SOP}\n"
 
 
 # One row per preset. judge.trust=true: the canned judge says yes to everything, so it fails the audit
@@ -56,13 +67,37 @@ class Preset:
 PRESETS = (
     Preset("evolif_paper", ("judge=llm", "judge.mode=rating", "judge.trust=true"), open_ended=True),
     Preset("structflow_paper", ("judge=llm", "judge.trust=true")),
-    # ifgym's reviewed dimension file instead of the paper's pipeline: the pipeline runs once per SOP (its file
-    # is reused after), and the canned server does not answer its stages (tests/rewards count their calls).
-    Preset("flexbench_paper", ("judge=llm", "judge.trust=true", "env.dimensions=null", "env.pipeline=ifgym")),
+    # the paper's dimension pipeline on tests/support's toy SOP, which the server's stand-in pipeline model
+    # answers stage by stage (a first draft to correct: two verification rounds, then complete)
+    Preset(
+        "flexbench_paper",
+        ("judge=llm", "judge.trust=true", "env.sop={tmp}/toy_sop.md"),
+        stages=("ifgym.envs.flexbench:build_dimensions",),
+        files=(("toy_sop.md", lambda: toy_sop()),),
+    ),
 )
 
 # ---------------------------------------------------------------------------------------------
 # the server's side (`--serve`, in its own process)
+
+
+def pipeline_stage(messages: list[dict[str, str]]) -> str | None:
+    """The stage of FlexBench's paper pipeline a prompt belongs to, or None."""
+    from support.flexbench_pipeline import paper_stage
+
+    try:
+        return paper_stage(messages)
+    except AssertionError:
+        return None
+
+
+def _pipeline_model():
+    from support.flexbench_pipeline import paper_answerer
+
+    return paper_answerer()
+
+
+PIPELINE = None  # the server process's stand-in pipeline model (it counts each stage's calls), made in serve()
 
 
 def answer(messages: list[dict[str, str]], reply: str) -> str:
@@ -72,6 +107,8 @@ def answer(messages: list[dict[str, str]], reply: str) -> str:
     from support.canned_user import scripted_user_model, stating_draft
     from support.prompts import prompt_kind
 
+    if pipeline_stage(messages) is not None:
+        return PIPELINE(messages)
     if judge_kind(messages) is not None:
         return yes_sayer(messages)
     kind = prompt_kind(messages)
@@ -87,6 +124,8 @@ def serve(reply_words: int) -> None:
     """Serve `answer` on 127.0.0.1 until standard input ends; print the base URL, then the requests served."""
     from support.canned_server import CannedServer
 
+    global PIPELINE
+    PIPELINE = _pipeline_model()
     reply = " ".join(["Here is a careful answer that covers what you asked, point by point."] * 20).split()
     text = " ".join(reply[:reply_words])
     with CannedServer(
@@ -152,7 +191,8 @@ def model_overrides(preset: Preset, base_url: str) -> list[str]:
     from ifgym.cli import compose
 
     roles = ["policy.llm", "judge.llm"]
-    if "user_llm" in compose([f"env={preset.name}", *preset.overrides]).env:
+    settled = [o for o in preset.overrides if "{tmp}" not in o]  # files the run writes later do not matter here
+    if "user_llm" in compose([f"env={preset.name}", *settled]).env:
         roles.append("env.user_llm")
     out = ["policy=openai"]
     for role in roles:
@@ -164,9 +204,11 @@ def measure(preset: Preset, episodes: int, reply_words: int, turns: int = 20) ->
     """One preset's row: calls and tokens per turn by role, the audit's calls, the stages' wall seconds."""
     with server_process(reply_words) as server, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "episodes.jsonl"
+        for name, text in preset.files:
+            (Path(tmp) / name).write_text(text())
         argv = [
             f"env={preset.name}",
-            *preset.overrides,
+            *(o.format(tmp=tmp) for o in preset.overrides),
             *model_overrides(preset, server["base_url"]),
             *(["env.patience=null", f"env.max_turns={turns}"] if preset.open_ended else []),
             f"episodes={episodes}",
@@ -196,7 +238,7 @@ def measure(preset: Preset, episodes: int, reply_words: int, turns: int = 20) ->
         used = usage.get(role, {})
         calls += used.get("calls", 0)
         row[role] = {k: used.get(k, 0) / played for k in ("calls", "prompt_tokens", "completion_tokens")}
-    row["audit_calls"] = server["requests"] - calls
+    row["other_calls"] = server["requests"] - calls  # outside the episodes: the audit, a pipeline
     row["stages"] = data["stages"]
     return row
 
@@ -207,14 +249,14 @@ def table(rows: list[dict]) -> str:
     stage_names += sorted({s for r in rows for s in r["stages"]} - {*stage_names, "command"}) + ["command"]
     head = ["preset", "episodes", "turns"]
     head += [f"{role} calls / prompt / completion tok per turn" for role in ROLES]
-    head += ["audit calls"] + [f"{s} s" for s in stage_names]
+    head += ["calls outside turns"] + [f"{s} s" for s in stage_names]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [r["preset"], str(r["episodes"]), str(r["turns"])]
         for role in ROLES:
             u = r[role]
             cells.append(f"{u['calls']:.2f} / {u['prompt_tokens']:.0f} / {u['completion_tokens']:.0f}")
-        cells.append(str(r["audit_calls"]))
+        cells.append(str(r["other_calls"]))
         cells += [f"{r['stages'][s]:.2f}" if s in r["stages"] else "-" for s in stage_names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

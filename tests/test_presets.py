@@ -33,3 +33,15 @@ def test_the_server_answers_the_paper_judge_usably_and_the_policy_with_its_reply
     assert parse_judgements(presets.answer(client.requests[0], "x"), 3).complete(3)
     assert presets.answer([{"role": "user", "content": "Write about rivers."}], "A reply.") == "A reply."
     assert json.loads(presets.answer(client.requests[0], "x"))  # JSON, not the policy's reply
+
+
+def test_the_server_answers_flexbench_papers_pipeline_stages_on_the_toy_sop():
+    from ifgym.rewards.flexbench.pipeline import paper_segment_messages
+
+    presets.PIPELINE = presets._pipeline_model()  # as serve() makes it
+    sop = presets.toy_sop()
+    assert sop.startswith("---\nopening_line: ") and "Never quote fees." in sop
+    messages = paper_segment_messages(sop.split("---\n", 2)[2], "Hello.")
+    assert presets.pipeline_stage(messages) == "segmentation"
+    assert "segments" in json.loads(presets.answer(messages, "A reply."))
+    assert presets.pipeline_stage([{"role": "user", "content": "Write about rivers."}]) is None
