@@ -18,6 +18,7 @@ from ifgym.rewards.structflow import HEADLINE_METRIC as STRUCTFLOW_HEADLINE_METR
 from ifgym.rewards.structflow import episode_row as structflow_episode_row
 from ifgym.rewards.structflow import summarize as structflow_summarize
 from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
+from ifgym.rewards.structflow import summary_ratios as structflow_summary_ratios
 
 CONTEXTS = ("golden", "own")
 GRAPHIF_JUDGE_RETRIES = 4  # GraphIF's evaluator asks the judge up to 5 times while the verdict count is off
@@ -370,6 +371,7 @@ class StructFlowEnv(ChatEnv):
     summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
     episode_row = staticmethod(structflow_episode_row)
     summarize_rows = staticmethod(structflow_summarize_rows)
+    summary_ratios = staticmethod(structflow_summary_ratios)  # the intervals' fast path (ifgym.stats)
 
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:

@@ -907,6 +907,50 @@ def summarize_rows(rows: Sequence[tuple[TurnRow, ...]], loose: bool = False) -> 
     return out
 
 
+def summary_ratios(
+    rows: Sequence[tuple[TurnRow, ...]], loose: bool = False
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The headline metrics and pass rates of `summarize_rows`, each as sum(numerators) / sum(denominators) over rows.
+
+    Per dialogue (a row: its scored turns): CSR and WCSR sum the turn values of the turns with a
+    known verdict over their count, ISR the determined turns' values over theirs, DRFR and each
+    pass rate the yes items over the known ones, WCSR_pooled the yes weight over the known weight.
+    A bootstrap draw's value is then a weighted sum (`ifgym.stats.intervals`) instead of a full
+    `summarize_rows` with every breakdown. `loose` is the rows' business and is ignored here.
+    """
+    n = len(rows)
+    names = ("CSR", "WCSR", "ISR", "DRFR", "WCSR_pooled")
+    num = {k: np.zeros(n) for k in names}
+    den = {k: np.zeros(n) for k in names}
+    types: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for i, row in enumerate(rows):
+        for turn in row:
+            csr, isr, wcsr = _turn_values(turn)
+            if csr is not None:
+                num["CSR"][i] += csr
+                num["WCSR"][i] += wcsr
+                den["CSR"][i] += 1
+                den["WCSR"][i] += 1
+            if isr is not None:
+                num["ISR"][i] += isr
+                den["ISR"][i] += 1
+            for label, kind, weight in zip(turn.labels, turn.types, turn.weights, strict=True):
+                if label == "unknown":
+                    continue
+                yes = label == "yes"
+                num["DRFR"][i] += yes
+                den["DRFR"][i] += 1
+                num["WCSR_pooled"][i] += weight * yes
+                den["WCSR_pooled"][i] += weight
+                columns = types.setdefault(kind, (np.zeros(n), np.zeros(n)))
+                columns[0][i] += yes
+                columns[1][i] += 1
+    out = {k: (num[k], den[k]) for k in names}
+    for kind in _ordered(list(types), ITEM_TYPES):
+        out[f"pass_rate/{kind}"] = types[kind]
+    return out
+
+
 def dialogue_metrics(episodes: Sequence[Episode], loose: bool = False) -> dict[str, dict[str, float]]:
     """CSR, ISR, WCSR and DRFR of each dialogue (keyed by dialogue id, in the episodes' order)."""
     return compute_metrics(rows_from_episodes(episodes, loose))["dialogues"]

@@ -192,3 +192,30 @@ def test_cohen_kappa_is_nan_where_undefined_and_refuses_unequal_lengths():
     assert math.isnan(cohen_kappa([], [], labels=("yes", "no")))  # no pairs
     with pytest.raises(ValueError, match="3 labels from the first rater, 2 from the second"):
         cohen_kappa(["yes", "no", "yes"], ["yes", "no"], labels=("yes", "no"))
+
+
+def test_structflow_summary_ratios_by_hand_and_as_summarize_rows_on_every_draw():
+    from ifgym.rewards.structflow import TurnRow, summarize_rows, summary_ratios
+
+    def turn(*items):  # (label, type, weight) per checklist item; none: an empty checklist
+        labels, types, weights = zip(*items, strict=True) if items else ((), (), ())
+        return TurnRow(labels, types, weights)
+
+    a = (turn(("yes", "T1", 1.0), ("no", "S", 2.0)), turn(("yes", "T1", 1.0), ("unknown", "T1", 1.0)))
+    b = (turn(("unknown", "S", 2.0)), turn(("yes", "T2", 1.0), ("yes", "S", 2.0)))
+    terms = {m: (list(num), list(den)) for m, (num, den) in summary_ratios([a, b]).items()}
+    # per turn (CSR, WCSR, ISR): a1 (1/2, 1/3, 0); a2 (1, 1, undetermined: one unknown item); b1 unknown; b2 (1, 1, 1)
+    assert terms["CSR"] == ([1.5, 1.0], [2.0, 1.0]) and terms["ISR"] == ([0.0, 1.0], [1.0, 1.0])
+    assert terms["WCSR"][1] == [2.0, 1.0] and terms["WCSR"][0] == pytest.approx([4 / 3, 1.0])
+    assert terms["DRFR"] == ([2.0, 2.0], [3.0, 2.0]) and terms["WCSR_pooled"] == ([2.0, 3.0], [4.0, 3.0])
+    assert terms["pass_rate/T1"] == ([2.0, 0.0], [2.0, 0.0]) and terms["pass_rate/S"] == ([0.0, 1.0], [1.0, 1.0])
+    summary = summarize_rows([a, b])
+    assert summary["CSR"] == pytest.approx(2.5 / 3) and summary["WCSR_pooled"] == pytest.approx(5 / 7)
+    # the same bootstrap draws scored both ways agree (pass_rate/T2 is absent from some draws: NaN both ways)
+    rows = [a, b, (turn(("no", "T2", 1.0)),), (turn(("yes", "S", 2.0), ("no", "T1", 1.0)), turn()), a]
+    metrics = metric_names(summarize_rows(rows), ("CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled"))
+    settings = CISettings(200, 0.9, seed=5)
+    per_draw = intervals(rows, summarize_rows, metrics, settings=settings)
+    bulk = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)
+    for m in metrics:
+        assert bulk[m] == pytest.approx(per_draw[m], abs=1e-12), m
