@@ -31,7 +31,7 @@ from ifgym.llm.conversation import (
     read_top_logprobs,
     validate_messages,
 )
-from ifgym.llm.embedded import EmbeddedBackend
+from ifgym.llm.embedded import EmbeddedBackend, embedded_extra
 from ifgym.llm.http import HTTPBackend, ServerReply
 
 
@@ -72,7 +72,9 @@ class LLMClient:
         self._per_loop_lock = threading.Lock()
         self._embedded: EmbeddedBackend | None = None
         self._http: HTTPBackend | None = None
+        self._extra = dict(config.extra)
         if config.base_url is None:
+            self._extra = embedded_extra(self._extra, config_key)  # checked now, not at the first call
             self._embedded = EmbeddedBackend(config.embedded_model, n_ctx=config.n_ctx, n_threads=config.n_threads)
             self.model = self._embedded.name
         else:
@@ -112,7 +114,7 @@ class LLMClient:
             return hit
         with self._sync_limit:
             if self._embedded is not None:
-                out = self._embedded.create_chat_completion(msgs, **params, **self.config.extra)
+                out = self._embedded.create_chat_completion(msgs, **params, **self._extra)
                 return self._store(key, self._from_embedded(out))
             return self._store(key, self._from_server(self._http.chat(msgs, params)))
 
@@ -126,9 +128,7 @@ class LLMClient:
         sem, aclient = self._loop_state()
         async with sem:
             if self._embedded is not None:
-                out = await asyncio.to_thread(
-                    self._embedded.create_chat_completion, msgs, **params, **self.config.extra
-                )
+                out = await asyncio.to_thread(self._embedded.create_chat_completion, msgs, **params, **self._extra)
                 return self._store(key, self._from_embedded(out))
             return self._store(key, self._from_server(await self._http.achat(aclient, msgs, params)))
 

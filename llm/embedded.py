@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ifgym.errors import BackendError
+from ifgym.errors import BackendError, ConfigError
 from ifgym.llm.config import check_field
 from ifgym.llm.conversation import Message
 from ifgym.llm.models import EMBEDDED_MODELS, QWEN_NAME, resolve_embedded_model
@@ -43,6 +43,28 @@ def _close_llamas() -> None:
 def _require_llama_cpp() -> None:
     if importlib.util.find_spec("llama_cpp") is None:
         raise BackendError(f"the embedded backend needs llama-cpp-python; install it with:\n  {LLAMA_CPP_INSTALL}")
+
+
+# Request fields (`extra`) llama.cpp's chat completion takes, and the OpenAI-compatible servers' names it
+# calls otherwise (vLLM's repetition_penalty is llama.cpp's repeat_penalty).
+EXTRA_FIELDS = frozenset(
+    {"top_k", "min_p", "typical_p", "stop", "presence_penalty", "frequency_penalty", "repeat_penalty", "tfs_z"}
+    | {"mirostat_mode", "mirostat_tau", "mirostat_eta", "response_format", "grammar", "logit_bias"}
+)
+EXTRA_ALIASES = {"repetition_penalty": "repeat_penalty"}
+
+
+def embedded_extra(extra: dict[str, Any], config_key: str | None = None) -> dict[str, Any]:
+    """`extra` request fields as llama.cpp takes them; an unknown one is a ConfigError naming the ones it takes."""
+    out = {EXTRA_ALIASES.get(k, k): v for k, v in extra.items()}
+    unknown = sorted(set(out) - EXTRA_FIELDS)
+    if unknown:
+        where = f"{config_key}.extra" if config_key else "extra"
+        raise ConfigError(
+            f"{where}: the embedded model (llama.cpp) takes no request field {', '.join(unknown)}; it takes "
+            f"{', '.join(sorted(EXTRA_FIELDS | set(EXTRA_ALIASES)))} (or give the role a base_url)"
+        )
+    return out
 
 
 class EmbeddedBackend:

@@ -241,3 +241,14 @@ def test_model_file_is_resolved_lazily(tmp_path, monkeypatch):
     client = make_client({}, "user")
     assert client.backend == "embedded" and client.model == "qwen2.5-coder-1.5b"
     assert os.listdir(tmp_path) == []
+
+
+def test_extra_request_fields_take_llama_cpps_names_and_an_unknown_one_is_refused_at_once():
+    # vLLM's repetition_penalty is llama.cpp's repeat_penalty; top_k is the same in both
+    client = make_client({"base_url": None, "extra": {"repetition_penalty": 1.05, "top_k": 20}}, "policy")
+    assert client._extra == {"repeat_penalty": 1.05, "top_k": 20}
+    with pytest.raises(ConfigError) as err:
+        make_client({"base_url": None, "extra": {"best_of": 2}}, "policy", config_key="policy.llm")
+    message = str(err.value)
+    assert message.startswith("policy.llm.extra: the embedded model (llama.cpp) takes no request field best_of")
+    assert "repetition_penalty" in message and "top_k" in message
