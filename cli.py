@@ -1758,23 +1758,30 @@ EXIT_INTERRUPTED = 130  # Ctrl-C (SIGINT), as shells report 128 + 2
 EXIT_TERMINATED = 143  # SIGTERM, as shells report 128 + 15
 
 
+def _emit(text: str) -> int:
+    """Print `text` to standard output; a reader that closed the pipe early (`| head`) is no error."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # what is left unflushed would fail again at exit: standard output goes nowhere from here
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (`EXIT_*`)."""
     from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
-        return 0
+        return _emit(usage())
     if argv[0] in ("-V", "--version"):
         from ifgym import __version__
 
-        print(f"ifgym {__version__}")
-        return 0
+        return _emit(f"ifgym {__version__}")
     command, rest = argv[0], argv[1:]
     if command in COMMANDS and ("-h" in rest or "--help" in rest):  # every command takes --help
-        print(command_help(command))
-        return 0
+        return _emit(command_help(command))
     try:
         if command == "eval":
             return run_eval(rest)

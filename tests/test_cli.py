@@ -247,3 +247,15 @@ def test_policy_openai_takes_the_url_and_key_from_the_environment_as_the_openai_
         assert len(server.requests) == 2 and server.headers[0]["authorization"] == "Bearer sk-from-env"
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["config"]["policy"]["llm"]["base_url"] == server.base_url  # resolved, so the run key sees it
+
+
+def test_help_into_a_pipe_closed_early_ends_quietly():
+    # `ifgym eval --help | head -1`: the reader is gone before the help is written; no traceback, exit 0
+    code = (
+        "import os, sys\n"
+        "r, w = os.pipe(); os.close(r); os.dup2(w, 1)\n"
+        "from ifgym.cli import main\n"
+        "sys.exit(main(['eval', '--help']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
