@@ -146,7 +146,8 @@ def test_agreement_goes_to_the_runs_wandb_run(tmp_path, monkeypatch, capsys):
     label_some(tmp_path)
     assert main(["agreement", str(tmp_path), "resamples=50"]) == 0
     assert "W&B: agreement added to the run's summary (offline)" in capsys.readouterr().out
-    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb"))
+    # W&B names a resumed run's folder like the first, with "-1" added when both start in the same second
+    files = sorted(tmp_path.glob(f"wandb/offline-run-*-{run_id}*/run-{run_id}.wandb"))
     assert len(files) == 2  # the run, and its resumption with the agreement
     summary = json.loads(inspect(files[-1], "--summary"))["summary"]
     kappa = json.loads((tmp_path / "summary.json").read_text())["agreement"]["groups"]["all"]["kappa"]
