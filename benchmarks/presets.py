@@ -34,12 +34,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+
+from support.canned_server import server_in_child  # noqa: E402
 
 ROLES = ("user", "policy", "judge")
 
@@ -136,18 +138,10 @@ def serve(reply_words: int) -> None:
         print(json.dumps({"requests": len(server.requests)}), flush=True)
 
 
-@contextlib.contextmanager
-def server_process(reply_words: int) -> Iterator[dict]:
+def server_process(reply_words: int) -> contextlib.AbstractContextManager[dict]:
     """The canned server in a child process; yields {"base_url"}, and on exit adds the requests it served."""
     cmd = [sys.executable, __file__, "--serve", "--reply-words", str(reply_words)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    info = {"base_url": proc.stdout.readline().strip()}
-    try:
-        yield info
-    finally:
-        proc.stdin.close()
-        info.update(json.loads(proc.stdout.readline()))
-        proc.wait(timeout=30)
+    return server_in_child(cmd)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,13 +40,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import gymnasium as gym  # noqa: E402
+from support.canned_server import server_in_child  # noqa: E402
 
 import ifgym  # noqa: E402, F401
 from ifgym.envs.rollout import run  # noqa: E402
@@ -56,19 +56,11 @@ from ifgym.policies import ChatPolicy  # noqa: E402
 REPLY = "A short reply about it."
 
 
-@contextlib.contextmanager
-def server_process(latency: float) -> Iterator[dict]:
+def server_process(latency: float) -> contextlib.AbstractContextManager[dict]:
     """A canned server in a child process; yields {"base_url": ...}, and on exit adds its serving CPU ("cpu_s")."""
     script = ROOT / "tests" / "support" / "canned_server.py"
     cmd = [sys.executable, str(script), "--delay", str(latency), "--reply", REPLY]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    info = {"base_url": proc.stdout.readline().strip()}
-    try:
-        yield info
-    finally:
-        proc.stdin.close()
-        info.update(json.loads(proc.stdout.readline()))
-        proc.wait(timeout=30)
+    return server_in_child(cmd)
 
 
 def throughput(latency, turns, concurrency, episodes, executor="local", workers=1):

@@ -54,7 +54,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ from ifgym.core.structflow import (
 )
 from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
-from ifgym.llm import Conversation
+from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.checks import check
 from ifgym.rewards.evolif_metrics import rows_of
 from ifgym.rewards.judge import Judge, quote_found, unanswered
@@ -314,6 +314,7 @@ DEFAULT_CHECKLIST_MODE = "plain"  # the mode measured best on the judge audit (s
 # (benchmarks/judges.py --real), recorded in the audit and part of the mode's prompt version.
 DEFAULT_YES_THRESHOLD = 0.5
 TOP_LOGPROBS = 20  # alternatives asked for the answer's first token
+PROBABILITY_CALL = {"max_tokens": 1, "top_logprobs": TOP_LOGPROBS}  # one answer token and its alternatives
 TAGS = ("reply", "request", "history", "item", "golden")  # the prompt's own tags, defanged in what goes between them
 
 
@@ -467,15 +468,8 @@ class ChecklistJudge(Judge):
         rounds: bool = False,
     ) -> list[tuple[Verdict, float | None]]:
         """Probability mode's verdict and P(yes) of each item, one call per item (blocking)."""
-        out = []
-        for item in items:
-            self._count("calls")
-            completion = self.client.chat(
-                self.probability_messages(reply, item, history, rounds), max_tokens=1, top_logprobs=TOP_LOGPROBS
-            )
-            out.append(self._probability_verdict(completion))
-        self._unknown([v for v, _ in out])
-        return out
+        dialogue = self._probability_dialogue(reply, items, history, rounds)
+        return converse(dialogue, lambda messages: self.client.chat(messages, **PROBABILITY_CALL))
 
     async def ayes_probabilities(
         self,
@@ -485,12 +479,21 @@ class ChecklistJudge(Judge):
         rounds: bool = False,
     ) -> list[tuple[Verdict, float | None]]:
         """Async twin of `yes_probabilities` (the items in order: they share a cached prefix)."""
+        dialogue = self._probability_dialogue(reply, items, history, rounds)
+        return await aconverse(dialogue, lambda messages: self.client.achat(messages, **PROBABILITY_CALL))
+
+    def _probability_dialogue(
+        self,
+        reply: str,
+        items: Sequence[ChecklistItem],
+        history: Sequence[Mapping[str, str]] | None,
+        rounds: bool,
+    ) -> Generator[list[Message], Any, list[tuple[Verdict, float | None]]]:
+        # one request per item; the completion (with its log-probabilities) comes back in
         out = []
         for item in items:
             self._count("calls")
-            completion = await self.client.achat(
-                self.probability_messages(reply, item, history, rounds), max_tokens=1, top_logprobs=TOP_LOGPROBS
-            )
+            completion = yield self.probability_messages(reply, item, history, rounds)
             out.append(self._probability_verdict(completion))
         self._unknown([v for v, _ in out])
         return out

@@ -49,13 +49,15 @@ most chat requests being served at the same time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
+import subprocess
 import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -376,6 +378,23 @@ def eval_args(server: CannedServer, out: Any, episodes: int) -> list[str]:
         "plots=false",
         "ci=false",
     ]
+
+
+@contextlib.contextmanager
+def server_in_child(cmd: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """Run a server command in a child process (the benchmarks' servers: their CPU is not the driver's).
+
+    The child prints its base URL first, serves until its standard input ends, then prints one JSON
+    line (what it measured), which is added to the yielded {"base_url": ...} on exit.
+    """
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    info = {"base_url": proc.stdout.readline().strip()}
+    try:
+        yield info
+    finally:
+        proc.stdin.close()
+        info.update(json.loads(proc.stdout.readline()))
+        proc.wait(timeout=30)
 
 
 def main() -> None:
