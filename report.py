@@ -388,7 +388,7 @@ def chart_data(tally: RunTally, summary: dict[str, Any]) -> dict[str, Any]:
     summary's `pass_rate/<group>` (strict, and loose when the env has it); `group_intervals`: their
     bootstrap intervals when the summary has them.
     """
-    from ifgym.rewards.evolif_metrics import survival_of_lengths
+    from ifgym.rewards.evolif.metrics import survival_of_lengths
 
     out: dict[str, Any] = {"survival": None, "survival_note": None}
     if tally.patience:

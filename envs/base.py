@@ -17,13 +17,13 @@ import numpy as np
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
-from ifgym.rewards.evolif_metrics import ALIASES as METRICS_ALIASES
-from ifgym.rewards.evolif_metrics import DEFINITIONS as METRICS_DEFINITIONS
-from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
-from ifgym.rewards.evolif_metrics import HEADLINE_METRIC
-from ifgym.rewards.evolif_metrics import episode_row as evolif_episode_row
-from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
-from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
+from ifgym.rewards.evolif.metrics import ALIASES as METRICS_ALIASES
+from ifgym.rewards.evolif.metrics import DEFINITIONS as METRICS_DEFINITIONS
+from ifgym.rewards.evolif.metrics import HEADLINE as METRICS_HEADLINE
+from ifgym.rewards.evolif.metrics import HEADLINE_METRIC
+from ifgym.rewards.evolif.metrics import episode_row as evolif_episode_row
+from ifgym.rewards.evolif.metrics import summarize as evolif_summarize
+from ifgym.rewards.evolif.metrics import summarize_rows as evolif_summarize_rows
 from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator

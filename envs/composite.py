@@ -142,7 +142,7 @@ class CompositeEnv(ChatEnv):
         env_name: str | None = None,
     ):
         from ifgym.rewards.composite import CompositeScorer
-        from ifgym.rewards.evolif_scorer import EvolIFScorer
+        from ifgym.rewards.evolif.scorer import EvolIFScorer
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
         from ifgym.simulators.composite import CompositeUser
 

@@ -17,8 +17,8 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
-from ifgym.rewards.evolif_metrics import summary_ratios as evolif_summary_ratios
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.metrics import summary_ratios as evolif_summary_ratios
+from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.rubric import VerdictRubric
 
 RENDERERS = ("template", "llm")
@@ -195,7 +195,7 @@ class EvolIFEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        from ifgym.rewards.evolif_judge import MODES, EvolIFJudge
+        from ifgym.rewards.evolif.judge import MODES, EvolIFJudge
         from ifgym.simulators import EvolIFUser, ReplayUser, TrackerConfig
 
         UnknownNameError.check(

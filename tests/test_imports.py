@@ -123,7 +123,7 @@ def in_room(module: str, room: str) -> bool:
 def test_the_graph_sees_package_and_lazy_imports():
     graph = import_graph()
     assert "ifgym.envs.base" in graph["ifgym.envs"]  # a package gathering its submodules
-    assert "ifgym.rewards.evolif_judge" in graph["ifgym.envs.evolif"]  # imported inside EvolIFEnv.__init__
+    assert "ifgym.rewards.evolif.judge" in graph["ifgym.envs.evolif"]  # imported inside EvolIFEnv.__init__
     assert len(graph) > 40 and sum(map(len, graph.values())) > 100
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ifgym.core import Episode, Verdict
 from ifgym.errors import DataFormatError
-from ifgym.rewards.evolif_metrics import rows_of
+from ifgym.rewards.evolif.metrics import rows_of
 from ifgym.rewards.flexbench.dimensions import DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
 

@@ -10,7 +10,7 @@ from support.paths import DATA
 from ifgym.core import Verdict
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.flexbench import FlexBenchRubric, load_dimensions
 from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import Scores

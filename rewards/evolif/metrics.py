@@ -389,7 +389,7 @@ DEFINITIONS: dict[str, str] = {
     "EDR_succ": "endurance: per dialogue, the turns that met every constraint",
     "EDR_lss": "endurance: per dialogue, the longest run of consecutive passing turns",
     "REC": "recovery: per dialogue, failed turns whose next turn passed / failed turns with a next turn; "
-    "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif_metrics.recovery_script)",
+    "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif.metrics.recovery_script)",
     "STA": "stability (EvolIF's name; ROB, robustness, in summary.json too): per dialogue ISR, averaged over dialogues",
     "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped "
     "(IFEval's loose reading)",
