@@ -14,7 +14,7 @@ from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.flexbench import FlexBenchRubric, load_dimensions
 from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import Scores
-from ifgym.simulators.replay import ReplayUser
+from ifgym.simulators.evolif.replay import ReplayUser
 
 DIALOGUE = DATA / "evolif_dialogue.jsonl"
 
