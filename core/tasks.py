@@ -22,7 +22,13 @@ from typing import Any
 from ifgym.core.turns import Episode, TurnRecord
 from ifgym.errors import DataFormatError, UnknownNameError
 
-__all__ = ["Task", "register", "task", "task_of", "task_names"]
+__all__ = ["Task", "recorded_user_meta", "register", "task", "task_of", "task_names"]
+
+
+def recorded_user_meta(episode: Episode, at: int) -> dict[str, Any]:
+    """What a user contributed to `episode`'s meta, as recorded: its dialogue's entries, its persona and structure."""
+    meta = episode.meta
+    return {**dict(meta.get("dialogue") or {}), **{k: meta[k] for k in ("persona", "structure") if k in meta}}
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,10 @@ class Task:
     (`ifgym.rewards.trl.SCORERS`: "constraints", "checklist" or "flexbench"); `opening_line(episode)`
     is a scripted first assistant message the policy saw (None: none); `turn_reward(episode, turn)`
     a task's own per-turn reward for the exports (None: the recorded turn reward).
+
+    Rescoring: `user_meta(episode, at)` is what the task's user contributed to the episode's meta
+    (its `episode_meta()`) after answering turn `at`, read back from the record, so a rescored
+    episode records it unchanged (`ifgym rescore`; by default `recorded_user_meta`).
     """
 
     name: str
@@ -58,6 +68,7 @@ class Task:
     judge_suite: str | None = None
     opening_line: Callable[[Episode], str | None] | None = None
     turn_reward: Callable[[Episode, TurnRecord], float | None] | None = None
+    user_meta: Callable[[Episode, int], dict[str, Any]] = recorded_user_meta
 
 
 _REGISTRY: dict[str, Task | str] = {}  # name -> the Task, or its entry point "module:attribute" until first asked

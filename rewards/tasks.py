@@ -74,6 +74,7 @@ FLEXBENCH = Task(
     training_reward=dimensions,
     opening_line=flexbench.opening_line,  # the policy saw the SOP's opening line before the caller spoke
     turn_reward=flexbench.turn_reward,
+    user_meta=flexbench.caller_meta,  # the caller keeps a patience of its own
 )
 # env=flexbench_paper: the run's results table leads with the paper's equations (6) and (7)
 FLEXBENCH_PAPER = replace(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.core import Episode, TurnRecord, Verdict
+from ifgym.core.tasks import recorded_user_meta
 from ifgym.errors import DataFormatError
 from ifgym.rewards.flexbench.dimensions import DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
@@ -33,6 +34,15 @@ def episode_dimensions(episode: Episode) -> DimensionSet:
 def opening_line(episode: Episode) -> str | None:
     """The SOP's opening line the assistant spoke before the caller's first turn (None in an episode without it)."""
     return episode.meta.get("flexbench", {}).get("opening_line")
+
+
+def caller_meta(episode: Episode, at: int) -> dict[str, Any]:
+    """What the caller contributed to the episode's meta, as recorded, with the patience it had after turn `at`."""
+    return {
+        **recorded_user_meta(episode, at),
+        **dict(episode.meta.get("flexbench") or {}),
+        "patience": episode.turns[at].patience,
+    }
 
 
 def dimensions_record(episode: Episode) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 import ifgym
-from ifgym.core import Episode
+from ifgym.core import Episode, TurnRecord, TurnSpec
 from ifgym.core.tasks import Task, register, task, task_names, task_of
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
@@ -140,3 +140,11 @@ def test_training_rewards_and_export_rules_follow_the_task():
     assert FLEXBENCH.opening_line(flex) == "Hello, Acme here."
     assert FLEXBENCH.loose_metrics is False and EVOLIF.loose_metrics is True
     assert FLEXBENCH_PAPER.name == "flexbench" and FLEXBENCH_PAPER.headline_metric == "Achievement"
+
+
+def test_rescoring_reads_back_what_the_tasks_user_recorded():
+    spec_turn = TurnRecord(0, "hi", TurnSpec(), "hello", [], [], 0.0, 2, {})
+    replayed = Episode("e", "ifgym/StructFlow-v0", 0, [spec_turn], meta={"dialogue": {"index": 3}, "persona": "p"})
+    assert task("structflow").user_meta(replayed, 0) == {"index": 3, "persona": "p"}
+    call = Episode("e", "ifgym/FlexBench-v0", 0, [spec_turn], meta={"flexbench": {"facts": {"a": 1}}})
+    assert FLEXBENCH.user_meta(call, 0) == {"facts": {"a": 1}, "patience": 2}  # the caller's own patience too
