@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,53 +91,6 @@ class ChatEnv(gym.Env[list, str]):
         self._turn: UserTurn | None = None
         self._episode: Episode | None = None
         self._done = True
-
-    # Transitional, until the run code (`ifgym eval`'s summary, intervals, judge audit) reads `env.task`:
-    # the task's fields under the env attributes they replace.
-    @property
-    def headline_metrics(self) -> tuple[str, ...]:
-        """`task.headline` (transitional)."""
-        return self.task.headline
-
-    @property
-    def headline_metric(self) -> str:
-        """`task.headline_metric` (transitional)."""
-        return self.task.headline_metric
-
-    @property
-    def metric_definitions(self) -> Mapping[str, str]:
-        """`task.definitions` (transitional)."""
-        return self.task.definitions
-
-    @property
-    def metric_aliases(self) -> Mapping[str, str]:
-        """`task.aliases` (transitional)."""
-        return self.task.aliases
-
-    @property
-    def episode_row(self) -> Callable[..., Any]:
-        """`task.episode_row` (transitional)."""
-        return self.task.episode_row
-
-    @property
-    def summarize_rows(self) -> Callable[..., dict[str, Any]]:
-        """`task.summarize_rows` (transitional)."""
-        return self.task.summarize_rows
-
-    @property
-    def summary_ratios(self) -> Callable[..., Any] | None:
-        """`task.summary_ratios` (transitional)."""
-        return self.task.summary_ratios
-
-    @property
-    def judge_suite(self) -> str | None:
-        """`task.judge_suite` (transitional)."""
-        return self.task.judge_suite
-
-    @property
-    def loose_metrics(self) -> bool:
-        """`task.loose_metrics` (transitional)."""
-        return self.task.loose_metrics
 
     @property
     def patience(self) -> Patience:
