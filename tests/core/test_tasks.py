@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import ifgym
 from ifgym.core import Episode, TurnRecord, TurnSpec
 from ifgym.core.tasks import Task, register, task, task_names, task_of
 from ifgym.envs.base import ChatEnv
+from ifgym.envs.rollout import read_episodes, run
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
+from ifgym.policies import ScriptedPolicy
 from ifgym.rewards.audit import SUITES
 from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.tasks import EVOLIF, FLEXBENCH, FLEXBENCH_PAPER
@@ -148,3 +151,15 @@ def test_rescoring_reads_back_what_the_tasks_user_recorded():
     assert task("structflow").user_meta(replayed, 0) == {"index": 3, "persona": "p"}
     call = Episode("e", "ifgym/FlexBench-v0", 0, [spec_turn], meta={"flexbench": {"facts": {"a": 1}}})
     assert FLEXBENCH.user_meta(call, 0) == {"facts": {"a": 1}, "patience": 2}  # the caller's own patience too
+
+
+def test_a_runs_file_names_each_episodes_task_and_reads_back_without_it(tmp_path):
+    out = tmp_path / "episodes.jsonl"
+    make_env = lambda: gym.make("ifgym/StructFlow-v0", max_turns=2)  # noqa: E731
+    run(make_env, lambda: ScriptedPolicy(["A reply."]), range(2), output=out, progress=False)
+    lines = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [line["meta"]["task"] for line in lines] == ["structflow", "structflow"]
+    for line in lines:  # the same file as written before meta["task"]: its env id says the task
+        del line["meta"]["task"]
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    assert [task_of(e).name for e in read_episodes(out)] == ["structflow", "structflow"]
