@@ -25,7 +25,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from ifgym.records import public_config, run_key, scrub_hydra_files
+from ifgym.runner.records import public_config, run_key, scrub_hydra_files
 
 USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
@@ -466,7 +466,7 @@ def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) 
 
     Resamples the episodes' rows in the run's tally (`report.RunTally`) with the env's `summarize_rows`.
     """
-    from ifgym.stats import intervals, metric_names
+    from ifgym.runner.stats import intervals, metric_names
 
     ci = {
         mode: intervals(
@@ -597,7 +597,7 @@ def audit_lines(judge: dict[str, Any]) -> list[str]:
         verdict = "passed" if real["passed"] else "FAILED (run with judge.trust=true)"
         lines.append(f"judge {judge['model']} on real replies {verdict}: {real_line(real)}")
     elif real:
-        from ifgym.report import real_agreement
+        from ifgym.runner.report import real_agreement
 
         lines.append(f"judge {judge['model']}: {real_agreement(judge)}")
     verdict = "passed" if audit["passed"] else "FAILED (run with judge.trust=true)"
@@ -627,15 +627,15 @@ def evaluate(
     With `shard=I/N` the run plays its share of the seeds into `episodes.shard-I-of-N.jsonl` (with
     `run.` and `summary.shard-I-of-N.json`, no plots), skipping seeds finished in the folder's other
     episodes files; without it, shard files found beside the episodes file are combined into it
-    first (`ifgym.envs.shards.combine`), so their seeds are not played again.
+    first (`ifgym.runner.shards.combine`), so their seeds are not played again.
     """
     from omegaconf import OmegaConf
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import claim_output, select_seeds
-    from ifgym.envs.shards import Shard, combine, finished_seeds, shard_files
     from ifgym.errors import ConfigError
-    from ifgym.records import RECORD_FILE, RunRecord, default_run_dir
+    from ifgym.runner.records import RECORD_FILE, RunRecord, default_run_dir
+    from ifgym.runner.rollout import claim_output, select_seeds
+    from ifgym.runner.shards import Shard, combine, finished_seeds, shard_files
 
     check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -719,7 +719,7 @@ def evaluate(
 
             print("models: " + ", ".join(f"{role} {model_place(c)}" for role, c in clients.items()), file=sys.stderr)
         if resolved["progress"] or clients:
-            from ifgym.report import count
+            from ifgym.runner.report import count
 
             limits = ", ".join(f"{role} {c.config.concurrency}" for role, c in clients.items())
             print(
@@ -751,8 +751,8 @@ def _play_and_report(
     or interrupted (Ctrl-C, SIGTERM: RunInterrupted): the summary of what the episodes file holds is
     written first, then the error is raised, naming the seeds never played and the command to resume.
     """
-    from ifgym.envs.rollout import file_result, run
     from ifgym.errors import ConfigError, RunInterrupted, RunStoppedError
+    from ifgym.runner.rollout import file_result, run
 
     ci_settings = _ci_settings(resolved)
     logger = None
@@ -777,7 +777,7 @@ def _play_and_report(
                 if executor["kind"] == "ray":  # Ray is imported only when chosen
                     from functools import partial
 
-                    from ifgym.envs.ray_executor import run_ray
+                    from ifgym.runner.ray_executor import run_ray
 
                     runner: Callable[..., Any] = partial(
                         run_ray, num_workers=executor["num_workers"], address=executor["address"]
@@ -898,7 +898,7 @@ def _sigterm_interrupts(signals: list[str]) -> Iterator[None]:
 
 def _ci_settings(resolved: dict[str, Any]) -> Any:
     """The run's bootstrap-interval settings (`ci`, `ci_resamples`, `ci_level`, seeded with `seed`); None when off."""
-    from ifgym.stats import CISettings
+    from ifgym.runner.stats import CISettings
 
     if not resolved["ci"]:
         return None
@@ -934,9 +934,9 @@ def report_run(
     without failed episodes): it goes into the summary and the record; an interrupted run writes
     no plots and prints nothing. Returns the summary, the plots written and the chart data.
     """
-    from ifgym.envs.rollout import select_seeds, usage_totals
     from ifgym.llm import Usage
-    from ifgym.report import RunTally, chart_data, results_table, run_title, write_plots, write_summary
+    from ifgym.runner.report import RunTally, chart_data, results_table, run_title, write_plots, write_summary
+    from ifgym.runner.rollout import select_seeds, usage_totals
 
     semantics = getattr(env, "checker_semantics", "ifgym")
     # one pass over the episodes file: each episode is read, reduced to rows and counts, and dropped
@@ -1040,7 +1040,7 @@ def _wandb_logger(
     loose: bool,
 ) -> Any:
     """The run's W&B logger (None when W&B is disabled); a sweep's jobs are grouped under the sweep's name."""
-    from ifgym.tracking import WandbLogger, resolve_settings
+    from ifgym.runner.tracking import WandbLogger, resolve_settings
 
     job = job or {}
     sweep = Path(job["sweep_dir"]).name if job.get("mode") == "MULTIRUN" else None
@@ -1188,7 +1188,7 @@ class SweepSummary(Callback):
         )
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        from ifgym.report import write_sweep
+        from ifgym.runner.report import write_sweep
 
         if not self.jobs:
             return
@@ -1254,9 +1254,9 @@ def judge_audit(args: list[str]) -> int:
 
 def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
     """A finished run's record (run.json: its resolved config) and episodes, from its folder or episodes file."""
-    from ifgym.envs.rollout import read_episodes
     from ifgym.errors import ConfigError
-    from ifgym.records import RECORD_FILE
+    from ifgym.runner.records import RECORD_FILE
+    from ifgym.runner.rollout import read_episodes
 
     path = Path(arg).expanduser()
     if not path.exists():
@@ -1278,7 +1278,7 @@ def _load_run(arg: str) -> tuple[dict[str, Any], list[Any], Path]:
 def _comparable(a: dict[str, Any], b: dict[str, Any]) -> None:
     """Refuse two runs whose episodes do not measure the same thing: env or judge settings differ."""
     from ifgym.errors import ConfigError
-    from ifgym.records import OPERATIONAL_LLM_KEYS, RECORD_FILE
+    from ifgym.runner.records import OPERATIONAL_LLM_KEYS, RECORD_FILE
 
     def settings(record: dict[str, Any], name: str) -> dict[str, Any]:
         config = record.get("config")
@@ -1317,7 +1317,7 @@ def compare_runs(args: list[str]) -> int:
 
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.errors import ConfigError
-    from ifgym.stats import CISettings, compare, metric_names
+    from ifgym.runner.stats import CISettings, compare, metric_names
 
     positional = [a for a in args if "=" not in a]
     if len(positional) != 2:
@@ -1361,7 +1361,7 @@ def compare_runs(args: list[str]) -> int:
         print(f"\nwritten to {out}")
     plot = options.get("plot") or (str(Path(options["out"]).with_suffix(".png")) if options.get("out") else None)
     if plot:  # the two runs side by side, each metric with each run's own interval
-        from ifgym.report import SHOWN_METRICS, policy_label, shown_first, write_comparison_plot
+        from ifgym.runner.report import SHOWN_METRICS, policy_label, shown_first, write_comparison_plot
 
         read = [json.loads((p.parent / "summary.json").read_text(encoding="utf-8")) for p in (pa, pb)]
         names = [policy_label(s.get("run") or {}) for s in read]
@@ -1400,15 +1400,15 @@ def _compare_table(mode: str, table: dict[str, dict[str, Any]], level: float) ->
 def merge_runs(args: list[str]) -> int:
     """`ifgym merge RUN_FOLDER | SHARD_FILE...`: combine a run's shard files into its episodes file and report it.
 
-    The episodes file gets one record per seed (`ifgym.envs.shards.combine`); the summary, plots
+    The episodes file gets one record per seed (`ifgym.runner.shards.combine`); the summary, plots
     and results table are written as `ifgym eval` writes them (`report_run`), from the config the
     shards recorded in their `run.shard-I-of-N.json`. Returns 1 when episodes failed, as eval does.
     """
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import StoredEpisodes, failure_summary, latest_lines
-    from ifgym.envs.shards import combine, shards_of
     from ifgym.errors import ConfigError
-    from ifgym.records import RECORD_FILE, RunRecord
+    from ifgym.runner.records import RECORD_FILE, RunRecord
+    from ifgym.runner.rollout import StoredEpisodes, failure_summary, latest_lines
+    from ifgym.runner.shards import combine, shards_of
 
     if not args or any(a.startswith("-") for a in args):
         print("usage: ifgym merge RUN_FOLDER | SHARD_FILE.jsonl [SHARD_FILE.jsonl ...]", file=sys.stderr)
@@ -1482,18 +1482,18 @@ def merge_runs(args: list[str]) -> int:
 
 
 def rescore_run(args: list[str]) -> int:
-    """`ifgym rescore RUN [KEY=VALUE ...]`: RUN's replies judged again into a new run folder (see `ifgym.rescore`).
+    """`ifgym rescore RUN [KEY=VALUE ...]`: RUN's replies judged again into a new run folder (`ifgym.runner.rescore`).
 
     The env, judge clients, audit, run record and report are made as `ifgym eval` makes them; the policy is never
     built. Returns 1 when episodes failed, as eval does.
     """
     from omegaconf import OmegaConf
 
-    from ifgym.envs.rollout import failure_summary
     from ifgym.errors import ConfigError
-    from ifgym.records import RunRecord
-    from ifgym.report import write_summary
-    from ifgym.rescore import endings_that_differ, judge_named, plan, rescore_episodes, user_reacts
+    from ifgym.runner.records import RunRecord
+    from ifgym.runner.report import write_summary
+    from ifgym.runner.rescore import endings_that_differ, judge_named, plan, rescore_episodes, user_reacts
+    from ifgym.runner.rollout import failure_summary
 
     job = plan(args, lambda kind: OmegaConf.to_container(compose([f"judge={kind}"]).judge, resolve=True))
     resolved, source = job.resolved, job.source_record
@@ -1565,9 +1565,9 @@ EXPORT_OPTIONS = {"min_reward": float, "margin": float, "pairs": str}
 
 def export_data(args: list[str]) -> int:
     """`ifgym export SCHEMA EPISODES... OUT [KEY=VALUE ...]`: write one training-data schema, print the counts."""
-    from ifgym.envs.rollout import read_episodes
     from ifgym.errors import ConfigError
     from ifgym.rewards.export import SCHEMAS, check_options, export
+    from ifgym.runner.rollout import read_episodes
 
     positional = [a for a in args if "=" not in a]
     if len(positional) < 3:
@@ -1800,11 +1800,11 @@ def main(argv: list[str] | None = None) -> int:
         if command == "rescore":
             return rescore_run(rest)
         if command == "view":
-            from ifgym.view import view_command
+            from ifgym.runner.view import view_command
 
             return view_command(rest)
         if command == "agreement":
-            from ifgym.view import agreement_command
+            from ifgym.runner.view import agreement_command
 
             return agreement_command(rest)
         from ifgym.errors import did_you_mean

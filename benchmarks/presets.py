@@ -150,7 +150,7 @@ def server_process(reply_words: int) -> contextlib.AbstractContextManager[dict]:
 CLI_CHILD = """
 import importlib, json, sys, time
 started = time.perf_counter()
-cli, rollout = map(importlib.import_module, ("ifgym.cli", "ifgym.envs.rollout"))
+cli, rollout = map(importlib.import_module, ("ifgym.cli", "ifgym.runner.rollout"))
 stages = {}
 
 

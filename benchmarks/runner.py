@@ -49,9 +49,9 @@ import gymnasium as gym  # noqa: E402
 from support.canned_server import server_in_child  # noqa: E402
 
 import ifgym  # noqa: E402, F401
-from ifgym.envs.rollout import run  # noqa: E402
 from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
+from ifgym.runner.rollout import run  # noqa: E402
 
 REPLY = "A short reply about it."
 
@@ -84,7 +84,7 @@ def _play(base_url, latency, turns, concurrency, episodes, executor="local", wor
 
     seeds = range(episodes)
     if executor == "ray":
-        from ifgym.envs.ray_executor import run_ray, start_ray
+        from ifgym.runner.ray_executor import run_ray, start_ray
 
         start_ray(2)  # one instance for both rows: 2 CPUs
         run_ray(make_env, make_policy, range(10_000, 10_000 + workers), num_workers=workers, progress=False)  # warm-up
@@ -116,7 +116,7 @@ CLI_CHILD = """
 import cProfile, importlib, json, sys, time
 started = time.perf_counter()
 # the modules themselves (`ifgym.envs` also exports a function named `rollout`)
-cli, rollout, report = map(importlib.import_module, ("ifgym.cli", "ifgym.envs.rollout", "ifgym.report"))
+cli, rollout, report = map(importlib.import_module, ("ifgym.cli", "ifgym.runner.rollout", "ifgym.runner.report"))
 
 phases = {}
 
@@ -210,10 +210,10 @@ import json, resource, sys
 import gymnasium as gym
 import ifgym
 from ifgym.cli import run_intervals
-from ifgym.envs.rollout import run, usage_totals
+from ifgym.runner.rollout import run, usage_totals
 from ifgym.policies import ScriptedPolicy
-from ifgym.report import RunTally, chart_data
-from ifgym.stats import CISettings
+from ifgym.runner.report import RunTally, chart_data
+from ifgym.runner.stats import CISettings
 n, out = int(sys.argv[1]), sys.argv[2]
 make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
 result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)

@@ -313,14 +313,14 @@ class TrainConf:
 
 
 def _run_dir(*, _root_: Any) -> str:
-    from ifgym.records import default_run_dir
+    from ifgym.runner.records import default_run_dir
 
     parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("env", "policy", "judge")}
     return str(default_run_dir(parts | {"output": _root_.get("output")}))
 
 
 def _sweep_dir(config_name: str, overrides: Any) -> str:
-    from ifgym.records import sweep_name
+    from ifgym.runner.records import sweep_name
 
     return str(Path("runs") / sweep_name(str(config_name), [str(o) for o in overrides]))
 
@@ -328,7 +328,7 @@ def _sweep_dir(config_name: str, overrides: Any) -> str:
 def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore (config.yaml lists it first in its defaults), and the run-folder resolvers.
 
-    `${ifgym.run_dir:}` is a run's folder (`ifgym.records.default_run_dir`); `${ifgym.sweep_dir:NAME,OVERRIDES}`
+    `${ifgym.run_dir:}` is a run's folder (`ifgym.runner.records.default_run_dir`); `${ifgym.sweep_dir:NAME,OVERRIDES}`
     a sweep's, cached so that every job of the sweep gets the folder computed from the sweep's overrides.
     """
     if not OmegaConf.has_resolver("ifgym.run_dir"):

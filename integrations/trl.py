@@ -24,7 +24,7 @@ env, rewarded by their return or turn by turn (see `ifgym.integrations.trl_episo
    the model before (`eval_before/`) and after (`eval_after/`) training, in the multi-turn env
    itself; `train_summary.json` holds both runs' mean turn reward and headline metrics with
    bootstrap intervals, and the paired difference (after − before, by seed) with its interval and
-   permutation p-value (`ifgym.stats`).
+   permutation p-value (`ifgym.runner.stats`).
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def build_prompts(
     `build_env` is `ifgym.cli.build_env`; `policy` answers the turns before the last (needed when
     `prompts.turns` > 1).
     """
-    from ifgym.envs.rollout import rollout
     from ifgym.policies import ScriptedPolicy
     from ifgym.rewards.export import prompt_rows
+    from ifgym.runner.rollout import rollout
 
     turns = prompts["turns"]
     if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
@@ -163,7 +163,7 @@ def _checkpoint_eval(
     from omegaconf import OmegaConf
 
     from ifgym.conf.schema import EvalConf
-    from ifgym.envs.rollout import read_episodes
+    from ifgym.runner.rollout import read_episodes
 
     held = cfg["trainer"]["eval"]
     env = dict(cfg["env"])
@@ -209,7 +209,7 @@ def train(
     import gymnasium as gym
 
     from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
-    from ifgym.stats import CISettings, compare, intervals
+    from ifgym.runner.stats import CISettings, compare, intervals
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -387,8 +387,8 @@ def _wandb_run(cfg: dict[str, Any], run_dir: Path) -> Any:
         return None
     import wandb
 
-    from ifgym.records import public_argv
-    from ifgym.tracking import public_config, resolve_settings
+    from ifgym.runner.records import public_argv
+    from ifgym.runner.tracking import public_config, resolve_settings
 
     settings = resolve_settings(cfg["logger"], run_dir=run_dir, name=run_dir.name)
     if settings["mode"] == "disabled":

@@ -142,7 +142,7 @@ def play_episodes(
     token) and their log-probabilities, or None when the backend gives none. The envs step
     concurrently (a judge's or an LLM user's calls of one turn run together).
     """
-    from ifgym.envs.async_wrappers import async_reset, async_step
+    from ifgym.runner.async_wrappers import async_reset, async_step
 
     eos = tokenizer.eos_token_id
     stops = {eos, tokenizer.pad_token_id} - {None}

@@ -20,9 +20,9 @@ import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import audit_judge, audit_refusal, build_env, compose, main
 from ifgym.core.constraints import GROUPS
 from ifgym.envs.evolif import TASK_SYSTEM_PROMPT
-from ifgym.envs.rollout import select_seeds
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
+from ifgym.runner.rollout import select_seeds
 
 
 def judge_model(messages):

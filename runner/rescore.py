@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import Episode, UserTurn, Verdict
-from ifgym.envs.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
+from ifgym.runner.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.simulators.base import UserSimulator
 
 __all__ = [
@@ -217,7 +217,7 @@ def user_reacts(env: Any) -> bool:
 
 def _source(arg: str) -> tuple[Path, dict[str, Any]]:
     """A finished run's episodes file and its record (run.json), from its folder or episodes file."""
-    from ifgym.records import RECORD_FILE
+    from ifgym.runner.records import RECORD_FILE
 
     path = Path(arg).expanduser().absolute()
     folder = path if path.is_dir() else path.parent
@@ -304,7 +304,7 @@ class Plan:
 
 def plan(args: Sequence[str], judge_group: Callable[[str], dict[str, Any]]) -> Plan:
     """Read `ifgym rescore`'s arguments and the source run; `judge_group(kind)` composes a `judge=KIND` group."""
-    from ifgym.records import run_key
+    from ifgym.runner.records import run_key
 
     arg, options, judge_keys = _options(args)
     source_file, source_record = _source(arg)
