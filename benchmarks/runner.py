@@ -115,8 +115,11 @@ def _play(base_url, latency, turns, concurrency, episodes, executor="local", wor
 CLI_CHILD = """
 import cProfile, importlib, json, sys, time
 started = time.perf_counter()
-# the modules themselves (`ifgym.envs` also exports a function named `rollout`)
-cli, rollout, report = map(importlib.import_module, ("ifgym.cli", "ifgym.runner.rollout", "ifgym.runner.report"))
+# the modules themselves (`ifgym.runner` also exports a function named `rollout`)
+cli, evaluate, summarize, rollout, report = map(
+    importlib.import_module,
+    ("ifgym.cli", "ifgym.runner.evaluate", "ifgym.runner.summarize", "ifgym.runner.rollout", "ifgym.runner.report"),
+)
 
 phases = {}
 
@@ -132,11 +135,11 @@ def timed(name, fn):
     return wrapper
 
 
-# evaluate() imports `run` and report_run() `write_plots` when called, and calls its module's report_run and
-# run_intervals by name: wrapping the attributes times each phase of the real command
+# evaluate() imports `run` and report_run() `write_plots` when called; evaluate calls report_run, and report_run
+# run_intervals, by their modules' names: wrapping the attributes times each phase of the real command
 rollout.run = timed("run", rollout.run)
-cli.report_run = timed("report", cli.report_run)
-cli.run_intervals = timed("intervals", cli.run_intervals)
+evaluate.report_run = timed("report", evaluate.report_run)
+summarize.run_intervals = timed("intervals", summarize.run_intervals)
 report.write_plots = timed("plots", report.write_plots)
 profile_to, argv = sys.argv[1], sys.argv[2:]
 profiler = cProfile.Profile() if profile_to else None
@@ -209,7 +212,7 @@ MEMORY_CHILD = """
 import json, resource, sys
 import gymnasium as gym
 import ifgym
-from ifgym.cli import run_intervals
+from ifgym.runner.summarize import run_intervals
 from ifgym.runner.rollout import run, usage_totals
 from ifgym.policies import ScriptedPolicy
 from ifgym.runner.report import RunTally, chart_data

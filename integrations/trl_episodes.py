@@ -346,9 +346,7 @@ class EpisodeRollout:
         }
 
 
-def episode_setup(
-    cfg: dict[str, Any], build_env: Callable[..., Any]
-) -> tuple[Callable[[], Any], list[dict[str, Any]], Any]:
+def episode_setup(cfg: dict[str, Any]) -> tuple[Callable[[], Any], list[dict[str, Any]], Any]:
     """For `ifgym train trainer.rollout=episode`: the env factory, the dataset rows (one per training seed), the reward.
 
     A row is the seed's first observation (`prompt`, what TRL logs) and its `seed` (what the rollout
@@ -357,6 +355,7 @@ def episode_setup(
     """
     from ifgym.errors import UnknownNameError
     from ifgym.rewards.trl import EpisodeReturn
+    from ifgym.runner.build import build_env
 
     trainer_cfg = cfg["trainer"]
     settings, prompts = trainer_cfg["episode"], trainer_cfg["prompts"]
