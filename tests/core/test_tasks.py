@@ -13,7 +13,6 @@ import ifgym
 from ifgym.core import Episode, TurnRecord, TurnSpec
 from ifgym.core.tasks import Task, register, task, task_names, task_of
 from ifgym.envs.base import ChatEnv
-from ifgym.envs.rollout import read_episodes, run
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.policies import ScriptedPolicy
@@ -21,6 +20,7 @@ from ifgym.rewards.audit import SUITES
 from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.tasks import EVOLIF, FLEXBENCH, FLEXBENCH_PAPER
 from ifgym.rewards.trl import SCORERS
+from ifgym.runner.rollout import read_episodes, run
 from ifgym.simulators.evolif.replay import ReplayUser
 
 DATA = Path(__file__).resolve().parents[1] / "data"

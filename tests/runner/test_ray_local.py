@@ -18,10 +18,10 @@ import pytest
 from support.ray_cluster import import_ray
 
 import ifgym  # noqa: F401
+from ifgym.policies import ScriptedPolicy
 
 # ray_executor first: it points every Ray socket at 127.0.0.1 before `ray` is imported
-from ifgym.envs.ray_executor import run_ray  # noqa: E402
-from ifgym.policies import ScriptedPolicy
+from ifgym.runner.ray_executor import run_ray  # noqa: E402
 
 ray = import_ray()
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the factories travel to the workers by value
