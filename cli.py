@@ -1,11 +1,14 @@
-"""`ifgym` command line: `ifgym eval [overrides…]`, `ifgym export-prompts …`, `ifgym flexbench-dimensions …`.
+"""`ifgym` command line: parsing and dispatch only; what the commands do lives in `ifgym.runner`.
 
 `eval` is a Hydra app (`hydra.main` over the config groups in ifgym/conf: env, policy, judge,
 logger) and takes Hydra's own flags: `-m/--multirun` sweeps (basic sweeper; each job its own run
 folder; `SweepSummary` writes a table across jobs at the end), `--cfg`, `--info`,
-`--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job runs the episodes
-(resuming into its folder), prints the results table, writes the run record, summary and plots,
-and logs to W&B when `logger=wandb`. Mistakes in the config end in one `ifgym: error:` line.
+`--config-dir`/`--config-name`, `hydra.run.dir=`/`hydra.sweep.dir=`. Each job is one
+`ifgym.runner.evaluate.evaluate` (the episodes, resuming into its folder, the results table, the run
+record, summary and plots, W&B when `logger=wandb`). The other commands dispatch to their runner
+modules (`merge`, `compare`, `rescore`, `training_data`, `judge_gate`, `view`, `flexbench_dimensions`).
+Mistakes in the config end in one `ifgym: error:` line. Nothing imports this module but the `ifgym`
+console script (`tests/test_imports.py`).
 Exit status (`EXIT_*`): 0 finished, 1 finished with failed episodes (or failed sweep jobs), 2 usage
 or configuration error, 3 stopped early, 130 Ctrl-C, 143 SIGTERM; every ending but 2 writes the
 run's summary.json and run.json status first.

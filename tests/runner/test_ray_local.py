@@ -1,6 +1,6 @@
 """executor=ray on a local Ray instance the run starts itself: its lifetime is the run's.
 
-No fixture starts Ray here (tests/envs/test_ray_executor.py shares one instance across its tests):
+No fixture starts Ray here (tests/runner/test_ray_executor.py shares one instance across its tests):
 each run starts its own instance, in a temp folder this test chose, and must leave no process of it
 behind. A worker is really killed (`os._exit`) to count the deaths.
 """
