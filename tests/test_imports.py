@@ -12,6 +12,10 @@ nothing of `simulators/` (scoring does not depend on the user simulator); `polic
 `simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
 and `rewards/` nothing of `envs/` or `policies/`. The rules hold for everything a room reaches, not
 only its own import lines. No room imports the root package `ifgym` (upward).
+
+One plan per task: no module reads a task's meta key (`meta["flexbench"]` …) outside that task's own
+modules, and none probes an env (`getattr`/`hasattr`) for what its task says; they read the task
+(`env.task`, `ifgym.core.tasks.task_of(episode)`).
 """
 
 from __future__ import annotations
