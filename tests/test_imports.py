@@ -15,6 +15,10 @@ machinery plays envs, never the reverse), nor do `core/`, `llm/`, `simulators/` 
 rules hold for everything a room reaches, not only its own import lines. No room imports the root
 package `ifgym` (upward), and nothing imports `ifgym.cli` (the command line parses and dispatches to
 `ifgym.runner`; only the console script in pyproject.toml and `python -m ifgym.cli` enter it).
+
+One plan per task: no module reads a task's meta key (`meta["flexbench"]` …) outside that task's own
+modules, and none probes an env (`getattr`/`hasattr`) for what its task says; they read the task
+(`env.task`, `ifgym.core.tasks.task_of(episode)`).
 """
 
 from __future__ import annotations
