@@ -45,7 +45,8 @@ commands:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
                              (structflow_real: real replies with StructFlowBench's GPT-4o verdicts, split=dev|test|all)
                              set=short|full (short by default: a screen; full before reporting a judge)
-                             out=judge_audit.json (no base_url: the embedded model)
+                             out=judge_audit.json (no base_url: the embedded model);
+                             judge.mode=probability calibrate=dev: fit judge.threshold on the dev split first
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)
@@ -431,6 +432,13 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
         kwargs["judge_llm"] = _client_for("judge", judge_cfg["llm"], clients)
         if judge_cfg.get("mode") is not None:
             kwargs["judge_mode"] = judge_cfg["mode"]
+        if judge_cfg.get("threshold") is not None:
+            if judge_cfg.get("mode") != "probability":
+                raise ConfigError(
+                    f"judge.threshold={judge_cfg['threshold']} is read in probability mode only: "
+                    "add judge.mode=probability, or drop judge.threshold"
+                )
+            kwargs["judge_threshold"] = judge_cfg["threshold"]
 
     def make_env() -> Any:
         return gym.make(env_id, **kwargs)
@@ -515,6 +523,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         suites=suites,
         modes=dict.fromkeys(suites, judge.mode),
         progress=progress,
+        judge_options={"threshold": judge.threshold} if judge.mode == "probability" else None,
     )
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
@@ -523,6 +532,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         "kind": "llm",
         "model": report["judge"].get("model"),
         "mode": judge.mode,
+        **({"threshold": judge.threshold} if judge.mode == "probability" else {}),
         "prompt_version": judge.prompt_version,
         "suite": suite,
         "trust": bool(judge_cfg.get("trust")),
@@ -1198,7 +1208,7 @@ class SweepSummary(Callback):
             print(f"{name}: {path}")
 
 
-AUDIT_OPTIONS = ("suites", "set", "out", "split")
+AUDIT_OPTIONS = ("suites", "set", "out", "split", "calibrate")
 
 
 def judge_audit(args: list[str]) -> int:
@@ -1207,7 +1217,7 @@ def judge_audit(args: list[str]) -> int:
 
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
-    from ifgym.rewards.audit import audit, format_report, resolve_modes
+    from ifgym.rewards.audit import audit, calibrate_on_real, format_report, resolve_modes
 
     options: dict[str, str] = {
         "suites": ",".join(("structflow_real", "evolif", "structflow", "flexbench")),
@@ -1237,12 +1247,32 @@ def judge_audit(args: list[str]) -> int:
             suites = [s for s in suites if s not in skipped]
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
+    client = make_client(judge_cfg["llm"], "judge", "judge.llm")
+    threshold = judge_cfg.get("threshold")
+    if "calibrate" in options:  # the P(yes) threshold from the dev split, then the audit with it
+        if options["calibrate"] != "dev" or judge_cfg["mode"] != "probability":
+            raise ConfigError(
+                "judge-audit: calibrate=dev calibrates probability mode's threshold on the real suite's dev split: "
+                f"pass judge.mode=probability calibrate=dev (got judge.mode={judge_cfg['mode']}, "
+                f"calibrate={options['calibrate']})"
+            )
+        if options["split"] == "dev":
+            raise ConfigError("judge-audit: calibrate=dev with split=dev reports on what it fitted: use split=test")
+        fitted = calibrate_on_real(client, split="dev", progress=True)
+        threshold = fitted["threshold"]
+        print(
+            f"P(yes) threshold {threshold} calibrated on the real suite's dev split ({fitted['items']} items, "
+            f"kappa {fitted['kappa']}, {fitted['no_logprobs']} without log-probabilities): "
+            f"pass judge.threshold={threshold} to use it",
+            file=sys.stderr,
+        )
     report = audit(
-        make_client(judge_cfg["llm"], "judge", "judge.llm"),
+        client,
         suites=suites,
         modes=modes,
         short=options["set"] == "short",
         split=options["split"],
+        judge_options={"threshold": threshold} if threshold is not None else None,
     )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)

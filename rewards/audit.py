@@ -72,6 +72,7 @@ __all__ = [
     "Floor",
     "audit",
     "cached_audit",
+    "calibrate_on_real",
     "calibrate_threshold",
     "format_report",
     "gold_version",
@@ -611,6 +612,31 @@ def calibrate_threshold(p_yes: Sequence[float | None], gold: Sequence[str]) -> d
     )
 
 
+def calibrate_on_real(
+    client: Any, *, split: str = "dev", real: Mapping[str, Any] | None = None, progress: bool = False
+) -> dict[str, Any]:
+    """`calibrate_threshold` for `client` in probability mode on the real suite's `split` (dev: never report on it).
+
+    Every item no rule decides is asked alone; items the client gave no log-probabilities for are left
+    out (counted in `no_logprobs`). Raises ValueError when none had them.
+    """
+    from tqdm.auto import tqdm
+
+    from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+
+    judge = ChecklistJudge(client, mode="probability")
+    scorer = StructFlowScorer(judge)
+    p_yes, gold = [], []
+    todo = probes("structflow_real", split=split, real=real)
+    for probe in tqdm(todo, desc=f"calibrating on {split}", unit="turn", disable=not progress):
+        for item, expected in zip(probe.payload, probe.items, strict=True):
+            if scorer._rule(item) is None:
+                [(_, p)] = asyncio.run(judge.ayes_probabilities(probe.reply, [item], probe.history))
+                p_yes.append(p)
+                gold.append(expected.gold)
+    return {**calibrate_threshold(p_yes, gold), "split": split, "no_logprobs": p_yes.count(None)}
+
+
 def judge_identity(client: Any) -> dict[str, Any]:
     """What identifies a judge for the audit cache: backend, server, model and sampling settings."""
     describe = getattr(client, "describe", None)
@@ -791,8 +817,17 @@ def audit(
     }
 
 
-def _cache_key(client: Any, suites: Sequence[str], modes: Mapping[str, str], short: bool, split: str = "test") -> str:
-    versions = {s: (modes[s], build_scorer(s, client, modes[s]).judge.prompt_version) for s in suites}
+def _cache_key(
+    client: Any,
+    suites: Sequence[str],
+    modes: Mapping[str, str],
+    short: bool,
+    split: str = "test",
+    judge_options: Mapping[str, Any] | None = None,
+) -> str:
+    # the prompt version holds the judge options that change verdicts (probability mode: its threshold)
+    options = {s: judge_options if s.startswith("structflow") else None for s in suites}
+    versions = {s: (modes[s], build_scorer(s, client, modes[s], None, options[s]).judge.prompt_version) for s in suites}
     blob: dict[str, Any] = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
     if "structflow_real" in suites:  # keys of audits without the real suite stay as they were
         blob.update(real=real_version(), split=split, floor=REAL_FLOOR.to_json())
@@ -808,23 +843,27 @@ def cached_audit(
     cache_dir: str | Path | None = None,
     progress: bool = False,
     split: str = "test",
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`audit`, read from `<cache>/judge-audit/` when this judge, mode, prompt and gold set were audited before.
 
     The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
+    `judge_options` go to the checklist judges, as in `audit`.
     """
     from ifgym.llm.models import default_cache_dir
 
     modes = _modes_of(suites, modes)
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split)}.json"
+    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split, judge_options)}.json"
     if path.exists():
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
             return {**report, "cached": True, "cache_path": str(path)}
         except json.JSONDecodeError:
             pass  # a cut-off write: audit again
-    report = audit(client, suites=suites, modes=modes, short=short, progress=progress, split=split)
+    report = audit(
+        client, suites=suites, modes=modes, short=short, progress=progress, split=split, judge_options=judge_options
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
