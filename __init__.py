@@ -11,11 +11,11 @@ from gymnasium.envs.registration import register, registry
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict
 from ifgym.lazy import lazy_submodules
+from ifgym.version import __version__ as __version__  # written once, in a module rooms may import
 
 # pytest (importlib mode) also runs this file as a plain module when the checkout folder's name is not
 # an identifier (e.g. a worktree named `evolif-user`): there is no __path__ then, only __file__.
 __getattr__ = lazy_submodules(__name__, globals().get("__path__") or [str(Path(__file__).parent)])
-__version__ = "0.1.0"
 __all__ = ["ENV_IDS", "Episode", "TurnRecord", "TurnSpec", "UserTurn", "Verdict"]
 
 # Every env id, in one place. LLM-backed ids are nondeterministic (the user or judge is a model).

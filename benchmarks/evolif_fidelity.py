@@ -15,7 +15,7 @@ stated constraints the turn did not change: what the model is told again instead
 (`--base-url URL --model NAME`), greedy, patience 3, rule checks (9 groups: no LLM judge here), a
 safety cap of `--max-turns` turns. CSR, ISR, EDR, REC and ROB under each, and the paired difference
 change-only − restate-all with a 95% paired bootstrap interval and a permutation p-value over
-dialogues (`ifgym.stats.compare`). `--patience none --max-turns N`: both settings play the same N
+dialogues (`ifgym.runner.stats.compare`). `--patience none --max-turns N`: both settings play the same N
 turns of every script, so CSR and ISR compare the same constraints, worded two ways (EDR is not
 defined then). Episodes are appended to `--out` as they finish, and a re-run resumes there.
 """
@@ -123,9 +123,9 @@ def model_part(
     seeds: range, max_turns: int, out: Path, config: LLMConfig, patience: int | None
 ) -> dict[str, list[Episode]]:
     """Play the model on the same seeds under both settings; episodes by mode."""
-    from ifgym.envs.rollout import run
     from ifgym.llm import make_client
     from ifgym.policies import ChatPolicy
+    from ifgym.runner.rollout import run
 
     client = make_client(config, "policy")
     model = config.model if config.base_url else config.embedded_model
@@ -149,7 +149,7 @@ def model_part(
 
 def print_model(runs: dict[str, list[Episode]], max_turns: int, model: str, patience: int | None) -> None:
     from ifgym.envs.evolif import EvolIFEnv
-    from ifgym.stats import compare
+    from ifgym.runner.stats import compare
 
     # with patience off every dialogue plays the same max_turns turns: EDR says nothing then
     metrics = list(HEADLINE) if patience is not None else ["CSR", "ISR"]

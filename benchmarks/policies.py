@@ -47,7 +47,6 @@ from support.canned_light import DIALOGUES, edge_keys, prf, reading_light, scrip
 from support.canned_server import CannedServer  # noqa: E402
 
 import ifgym  # noqa: E402, F401  (registers the env ids)
-from ifgym.envs.rollout import rollout  # noqa: E402
 from ifgym.llm import CannedClient, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, MiniLMEmbedder, Truncation  # noqa: E402
 from ifgym.policies.context_agent import BRANCH_SYSTEM, SUMMARY_SYSTEM, TOPIC_SYSTEM  # noqa: E402
@@ -58,6 +57,7 @@ from ifgym.policies.graphif import (  # noqa: E402
     REWRITE_SYSTEM,
     SINGLE_SYSTEM,
 )
+from ifgym.runner.rollout import rollout  # noqa: E402
 
 LENGTHS = (10, 15, 20, 25)
 EXTRACTIONS = ("fast", "loop", "single")

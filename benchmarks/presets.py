@@ -150,7 +150,7 @@ def server_process(reply_words: int) -> contextlib.AbstractContextManager[dict]:
 CLI_CHILD = """
 import importlib, json, sys, time
 started = time.perf_counter()
-cli, rollout = map(importlib.import_module, ("ifgym.cli", "ifgym.envs.rollout"))
+cli, evaluate, rollout = map(importlib.import_module, ("ifgym.cli", "ifgym.runner.evaluate", "ifgym.runner.rollout"))
 stages = {}
 
 
@@ -166,9 +166,9 @@ def timed(name, fn):
 
 
 # evaluate() looks these up by name when it calls them: wrapping the attributes times the real command's stages
-cli.audit_judge = timed("audit", cli.audit_judge)
+evaluate.audit_judge = timed("audit", evaluate.audit_judge)
 rollout.run = timed("episodes", rollout.run)
-cli.report_run = timed("report", cli.report_run)
+evaluate.report_run = timed("report", evaluate.report_run)
 extra, argv = json.loads(sys.argv[1]), sys.argv[2:]
 for where in extra:
     module, name = where.split(":")

@@ -49,9 +49,9 @@ import gymnasium as gym  # noqa: E402
 from support.canned_server import server_in_child  # noqa: E402
 
 import ifgym  # noqa: E402, F401
-from ifgym.envs.rollout import run  # noqa: E402
 from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
+from ifgym.runner.rollout import run  # noqa: E402
 
 REPLY = "A short reply about it."
 
@@ -84,7 +84,7 @@ def _play(base_url, latency, turns, concurrency, episodes, executor="local", wor
 
     seeds = range(episodes)
     if executor == "ray":
-        from ifgym.envs.ray_executor import run_ray, start_ray
+        from ifgym.runner.ray_executor import run_ray, start_ray
 
         start_ray(2)  # one instance for both rows: 2 CPUs
         run_ray(make_env, make_policy, range(10_000, 10_000 + workers), num_workers=workers, progress=False)  # warm-up
@@ -115,8 +115,11 @@ def _play(base_url, latency, turns, concurrency, episodes, executor="local", wor
 CLI_CHILD = """
 import cProfile, importlib, json, sys, time
 started = time.perf_counter()
-# the modules themselves (`ifgym.envs` also exports a function named `rollout`)
-cli, rollout, report = map(importlib.import_module, ("ifgym.cli", "ifgym.envs.rollout", "ifgym.report"))
+# the modules themselves (`ifgym.runner` also exports a function named `rollout`)
+cli, evaluate, summarize, rollout, report = map(
+    importlib.import_module,
+    ("ifgym.cli", "ifgym.runner.evaluate", "ifgym.runner.summarize", "ifgym.runner.rollout", "ifgym.runner.report"),
+)
 
 phases = {}
 
@@ -132,11 +135,11 @@ def timed(name, fn):
     return wrapper
 
 
-# evaluate() imports `run` and report_run() `write_plots` when called, and calls its module's report_run and
-# run_intervals by name: wrapping the attributes times each phase of the real command
+# evaluate() imports `run` and report_run() `write_plots` when called; evaluate calls report_run, and report_run
+# run_intervals, by their modules' names: wrapping the attributes times each phase of the real command
 rollout.run = timed("run", rollout.run)
-cli.report_run = timed("report", cli.report_run)
-cli.run_intervals = timed("intervals", cli.run_intervals)
+evaluate.report_run = timed("report", evaluate.report_run)
+summarize.run_intervals = timed("intervals", summarize.run_intervals)
 report.write_plots = timed("plots", report.write_plots)
 profile_to, argv = sys.argv[1], sys.argv[2:]
 profiler = cProfile.Profile() if profile_to else None
@@ -209,11 +212,11 @@ MEMORY_CHILD = """
 import json, resource, sys
 import gymnasium as gym
 import ifgym
-from ifgym.cli import run_intervals
-from ifgym.envs.rollout import run, usage_totals
+from ifgym.runner.summarize import run_intervals
+from ifgym.runner.rollout import run, usage_totals
 from ifgym.policies import ScriptedPolicy
-from ifgym.report import RunTally, chart_data
-from ifgym.stats import CISettings
+from ifgym.runner.report import RunTally, chart_data
+from ifgym.runner.stats import CISettings
 n, out = int(sys.argv[1]), sys.argv[2]
 make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
 result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)

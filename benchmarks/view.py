@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ma
 from support.browser import Browser  # noqa: E402
 from support.made_up_run import write_made_up_run  # noqa: E402
 
-from ifgym.view import write_report  # noqa: E402
+from ifgym.runner.view import write_report  # noqa: E402
 
 FILTER = """(() => { const t = performance.now(); const e = document.getElementById('f-verdict');
   e.value = 'no'; e.dispatchEvent(new Event('change')); return performance.now() - t; })()"""

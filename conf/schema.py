@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,15 +317,50 @@ class TrainConf:
     progress: bool = _help("show progress bars", True)
 
 
+def check_schema(cfg: Any, overrides: Sequence[str] = ()) -> None:
+    """Refuse keys the schema does not have (added with `+key=…`), naming the override and the closest key.
+
+    `env` is open (its keys are the env's arguments, which the env itself checks, with a
+    did-you-mean); every other node is typed (`ifgym.conf.schema`).
+    """
+    from dataclasses import fields, is_dataclass
+
+    from omegaconf import DictConfig, OmegaConf
+
+    from ifgym.errors import ConfigError, did_you_mean
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        schema = OmegaConf.get_type(node)
+        if is_dataclass(schema):
+            allowed = [f.name for f in fields(schema)]
+            for key in node:
+                if key not in allowed:
+                    name = prefix + str(key)
+                    culprit = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == name), None)
+                    where = f" (from {culprit!r})" if culprit else ""
+                    known = [prefix + k for k in allowed]
+                    raise ConfigError(
+                        f"unknown config key {name!r}{where}.{did_you_mean(name, known)} `ifgym eval --help` lists the "
+                        "keys; a config group of your own goes in a folder given with --config-dir"
+                    )
+        for key, child in node.items_ex(resolve=False):
+            if prefix + str(key) != "env":
+                walk(child, f"{prefix}{key}.")
+
+    walk(cfg, "")
+
+
 def _run_dir(*, _root_: Any) -> str:
-    from ifgym.records import default_run_dir
+    from ifgym.runner.records import default_run_dir
 
     parts = {k: OmegaConf.to_container(_root_[k], resolve=True) for k in ("env", "policy", "judge")}
     return str(default_run_dir(parts | {"output": _root_.get("output")}))
 
 
 def _sweep_dir(config_name: str, overrides: Any) -> str:
-    from ifgym.records import sweep_name
+    from ifgym.runner.records import sweep_name
 
     return str(Path("runs") / sweep_name(str(config_name), [str(o) for o in overrides]))
 
@@ -332,7 +368,7 @@ def _sweep_dir(config_name: str, overrides: Any) -> str:
 def register_configs() -> None:
     """Put the schema in Hydra's ConfigStore (config.yaml lists it first in its defaults), and the run-folder resolvers.
 
-    `${ifgym.run_dir:}` is a run's folder (`ifgym.records.default_run_dir`); `${ifgym.sweep_dir:NAME,OVERRIDES}`
+    `${ifgym.run_dir:}` is a run's folder (`ifgym.runner.records.default_run_dir`); `${ifgym.sweep_dir:NAME,OVERRIDES}`
     a sweep's, cached so that every job of the sweep gets the folder computed from the sweep's overrides.
     """
     if not OmegaConf.has_resolver("ifgym.run_dir"):

@@ -4,4 +4,6 @@
   (needs the `train` extra).
 - `ifgym.integrations.verifiers`: every ifgym env as a `verifiers.v1` environment (needs the
   `verifiers` extra).
+
+They build envs and run evaluations through `ifgym.runner` (as `ifgym eval` does), never through `ifgym.cli`.
 """

@@ -24,7 +24,7 @@ env, rewarded by their return or turn by turn (see `ifgym.integrations.trl_episo
    the model before (`eval_before/`) and after (`eval_after/`) training, in the multi-turn env
    itself; `train_summary.json` holds both runs' mean turn reward and headline metrics with
    bootstrap intervals, and the paired difference (after − before, by seed) with its interval and
-   permutation p-value (`ifgym.stats`).
+   permutation p-value (`ifgym.runner.stats`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,6 @@ ROLLOUTS = ("turn", "episode")  # trainer.rollout: GRPO on single user turns, or
 
 
 def build_prompts(
-    build_env: Callable[..., Any],
     env_cfg: dict[str, Any],
     judge_cfg: dict[str, Any],
     prompts: dict[str, Any],
@@ -53,12 +52,13 @@ def build_prompts(
 ) -> tuple[list[dict[str, Any]], Any]:
     """Prompt rows from the env's user turns over the training seeds (see the module docstring), and the export report.
 
-    `build_env` is `ifgym.cli.build_env`; `policy` answers the turns before the last (needed when
-    `prompts.turns` > 1).
+    The envs are built as `ifgym eval` builds them (`ifgym.runner.build.build_env`); `policy` answers the turns
+    before the last (needed when `prompts.turns` > 1).
     """
-    from ifgym.envs.rollout import rollout
     from ifgym.policies import ScriptedPolicy
     from ifgym.rewards.export import prompt_rows
+    from ifgym.runner.build import build_env
+    from ifgym.runner.rollout import rollout
 
     turns = prompts["turns"]
     if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1:
@@ -157,13 +157,14 @@ def _grpo_config(grpo: dict[str, Any], output_dir: Path, seed: int, device: str,
 
 
 def _checkpoint_eval(
-    evaluate: Callable[..., Any], cfg: dict[str, Any], model: str, folder: Path, *, threads: int | None, device: str
+    cfg: dict[str, Any], model: str, folder: Path, *, threads: int | None, device: str
 ) -> tuple[list[Any], dict]:
     """`ifgym eval` of `model` (policy=transformers) on the held-out seeds, into `folder`; its episodes and summary."""
     from omegaconf import OmegaConf
 
     from ifgym.conf.schema import EvalConf
-    from ifgym.envs.rollout import read_episodes
+    from ifgym.runner.evaluate import evaluate
+    from ifgym.runner.rollout import read_episodes
 
     held = cfg["trainer"]["eval"]
     env = dict(cfg["env"])
@@ -199,17 +200,15 @@ def _check_seeds(prompts: dict[str, Any], held: dict[str, Any]) -> None:
         )
 
 
-def train(
-    cfg: dict[str, Any], run_dir: str | Path, *, build_env: Callable[..., Any], evaluate: Callable[..., Any]
-) -> dict[str, Any]:
+def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     """Run the pipeline of the module docstring for a resolved `train` config; returns (and writes) the summary.
 
-    `build_env` and `evaluate` are `ifgym.cli`'s (passed in, as the CLI imports this module and not the reverse).
+    The envs and the held-out evaluations are built and run as `ifgym eval` runs them (`ifgym.runner`).
     """
     import gymnasium as gym
 
     from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
-    from ifgym.stats import CISettings, compare, intervals
+    from ifgym.runner.stats import CISettings, compare, intervals
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -229,7 +228,7 @@ def train(
     if episodes:
         from ifgym.integrations.trl_episodes import EpisodeRollout, episode_setup
 
-        make_env, rows, episode_reward = episode_setup(cfg, build_env)
+        make_env, rows, episode_reward = episode_setup(cfg)
         rollout = EpisodeRollout(
             make_env, max_tokens=trainer_cfg["episode"]["max_tokens"], reply_tokens=args.max_completion_length
         )
@@ -243,7 +242,7 @@ def train(
             f"{trainer_cfg['episode']['credit']}"
         )
     else:
-        rows = _prompt_rows(cfg, build_env, model, tokenizer)
+        rows = _prompt_rows(cfg, model, tokenizer)
 
     summary: dict[str, Any] = {
         "model": trainer_cfg["model"],
@@ -254,7 +253,7 @@ def train(
     before = None
     if held["episodes"] and held["before"]:
         before = _checkpoint_eval(
-            evaluate, cfg, source, run_dir / "eval_before", threads=trainer_cfg["threads"], device=trainer_cfg["device"]
+            cfg, source, run_dir / "eval_before", threads=trainer_cfg["threads"], device=trainer_cfg["device"]
         )
 
     from datasets import Dataset
@@ -306,7 +305,6 @@ def train(
 
     if held["episodes"]:
         after = _checkpoint_eval(
-            evaluate,
             cfg,
             str(saved),
             run_dir / "eval_after",
@@ -353,14 +351,14 @@ def _judge(cfg: dict[str, Any]) -> Any:
     return ChecklistJudge(make_client(cfg["judge"]["llm"], "judge"))
 
 
-def _prompt_rows(cfg: dict[str, Any], build_env: Callable[..., Any], model: Any, tokenizer: Any) -> list[dict]:
+def _prompt_rows(cfg: dict[str, Any], model: Any, tokenizer: Any) -> list[dict]:
     """`trainer.rollout=turn`: the prompt rows the reward can score (built with the base model's earlier replies)."""
     from ifgym.policies.transformers import TransformersPolicy
     from ifgym.rewards.trl import TurnReward
 
     trainer_cfg = cfg["trainer"]
     base_policy = TransformersPolicy(model, tokenizer, max_new_tokens=trainer_cfg["eval"]["max_new_tokens"])
-    rows, report = build_prompts(build_env, cfg["env"], cfg["judge"], trainer_cfg["prompts"], base_policy)
+    rows, report = build_prompts(cfg["env"], cfg["judge"], trainer_cfg["prompts"], base_policy)
     judge = _judge(cfg)
     # what the rules decide, on each row's recorded reply (no judge calls here); with a judge, checklist rows count too
     decided = _recorded(TurnReward(), rows)
@@ -387,8 +385,8 @@ def _wandb_run(cfg: dict[str, Any], run_dir: Path) -> Any:
         return None
     import wandb
 
-    from ifgym.records import public_argv
-    from ifgym.tracking import public_config, resolve_settings
+    from ifgym.runner.records import public_argv
+    from ifgym.runner.tracking import public_config, resolve_settings
 
     settings = resolve_settings(cfg["logger"], run_dir=run_dir, name=run_dir.name)
     if settings["mode"] == "disabled":

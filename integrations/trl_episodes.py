@@ -142,7 +142,7 @@ def play_episodes(
     token) and their log-probabilities, or None when the backend gives none. The envs step
     concurrently (a judge's or an LLM user's calls of one turn run together).
     """
-    from ifgym.envs.async_wrappers import async_reset, async_step
+    from ifgym.runner.async_wrappers import async_reset, async_step
 
     eos = tokenizer.eos_token_id
     stops = {eos, tokenizer.pad_token_id} - {None}
@@ -346,9 +346,7 @@ class EpisodeRollout:
         }
 
 
-def episode_setup(
-    cfg: dict[str, Any], build_env: Callable[..., Any]
-) -> tuple[Callable[[], Any], list[dict[str, Any]], Any]:
+def episode_setup(cfg: dict[str, Any]) -> tuple[Callable[[], Any], list[dict[str, Any]], Any]:
     """For `ifgym train trainer.rollout=episode`: the env factory, the dataset rows (one per training seed), the reward.
 
     A row is the seed's first observation (`prompt`, what TRL logs) and its `seed` (what the rollout
@@ -357,6 +355,7 @@ def episode_setup(
     """
     from ifgym.errors import UnknownNameError
     from ifgym.rewards.trl import EpisodeReturn
+    from ifgym.runner.build import build_env
 
     trainer_cfg = cfg["trainer"]
     settings, prompts = trainer_cfg["episode"], trainer_cfg["prompts"]

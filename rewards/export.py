@@ -140,7 +140,7 @@ def _turns(episodes: Iterable[Episode]) -> Iterable[tuple[Episode, TurnRecord, l
     for episode in episodes:
         if not isinstance(episode, Episode):
             raise ConfigError(
-                f"export takes ifgym Episodes (see ifgym.envs.rollout.read_episodes), got {episode!r:.60}"
+                f"export takes ifgym Episodes (see ifgym.runner.rollout.read_episodes), got {episode!r:.60}"
             )
         yield from zip(itertools.repeat(episode), episode.turns, observations(episode), strict=False)
 

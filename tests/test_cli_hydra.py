@@ -17,7 +17,7 @@ from support.canned_server import CannedServer, eval_args
 
 import ifgym
 from ifgym.cli import compose, main
-from ifgym.records import run_key, run_name
+from ifgym.runner.records import run_key, run_name
 
 QUICK = ["policy=scripted", "policy.replies=[A reply.]", "episodes=2", "env.max_turns=3", "progress=false"]
 
@@ -273,7 +273,7 @@ def test_a_summary_model_of_its_own_changes_context_agents_run_key():
 
 
 def test_settings_added_later_keep_earlier_run_keys_at_their_defaults():
-    from ifgym.records import KEYS_ADDED_LATER
+    from ifgym.runner.records import KEYS_ADDED_LATER
 
     def key(overrides):
         return run_key(OmegaConf.to_container(compose(overrides), resolve=True))

@@ -10,8 +10,9 @@ import pytest
 from support.canned_light import context_agent_light, from_body, graphif_light
 from support.canned_server import CannedServer
 
-from ifgym.cli import build_policy, compose, main
+from ifgym.cli import compose, main
 from ifgym.policies import ContextAgent, GraphIF, SelfRefine, Truncation
+from ifgym.runner.build import build_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = ["progress=false", "plots=false"]

@@ -29,16 +29,16 @@ def two_runs(tmp_path):
 def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, capsys, monkeypatch):
     a, b = two_runs
     capsys.readouterr()
-    import ifgym.report
+    import ifgym.runner.report
 
     drawn = []  # what the plot was drawn with (the real function draws it)
-    real = ifgym.report.write_comparison_plot
+    real = ifgym.runner.report.write_comparison_plot
 
     def record(summaries, metrics, path, **kwargs):
         drawn.append((list(summaries), list(metrics)))
         return real(summaries, metrics, path, **kwargs)
 
-    monkeypatch.setattr(ifgym.report, "write_comparison_plot", record)
+    monkeypatch.setattr(ifgym.runner.report, "write_comparison_plot", record)
     out = tmp_path / "cmp.json"
     assert main(["compare", str(a), str(b / "episodes.jsonl"), "resamples=200", f"out={out}"]) == 0
     printed = capsys.readouterr().out

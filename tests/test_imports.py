@@ -10,8 +10,11 @@ Rooms (see each folder's `__init__` docstring): `core/`, `answers.py` and `llm/`
 every room uses, with the one `ChatClient` protocol) are neutral (they use no room); `rewards/` uses
 nothing of `simulators/` (scoring does not depend on the user simulator); `policies/` nothing of
 `simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
-and `rewards/` nothing of `envs/` or `policies/`. The rules hold for everything a room reaches, not
-only its own import lines. No room imports the root package `ifgym` (upward).
+and `rewards/` nothing of `envs/` or `policies/`; `envs/` (the envs only) nothing of `runner/` (the run
+machinery plays envs, never the reverse), nor do `core/`, `llm/`, `simulators/` and `policies/`. The
+rules hold for everything a room reaches, not only its own import lines. No room imports the root
+package `ifgym` (upward), and nothing imports `ifgym.cli` (the command line parses and dispatches to
+`ifgym.runner`; only the console script in pyproject.toml and `python -m ifgym.cli` enter it).
 """
 
 from __future__ import annotations
@@ -28,12 +31,13 @@ SKIP = {"tests", "benchmarks", "build", "runs", "outputs"}
 
 # room -> rooms it must never reach
 RULES = {
-    "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
-    "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
-    "ifgym.llm": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies"),
+    "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
+    "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
+    "ifgym.llm": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
     "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies"),
-    "ifgym.simulators": ("ifgym.envs", "ifgym.policies"),
-    "ifgym.policies": ("ifgym.simulators", "ifgym.rewards", "ifgym.envs"),
+    "ifgym.simulators": ("ifgym.envs", "ifgym.policies", "ifgym.runner"),
+    "ifgym.policies": ("ifgym.simulators", "ifgym.rewards", "ifgym.envs", "ifgym.runner"),
+    "ifgym.envs": ("ifgym.runner",),
 }
 
 
@@ -152,6 +156,18 @@ def test_no_room_imports_the_root_package():
     upward = sorted(m for m in in_a_room if "ifgym" in graph[m])
     assert len(in_a_room) > 40
     assert not upward, f"{upward} import the root package ifgym; import the module that holds the name instead"
+
+
+def test_nothing_imports_the_command_line():
+    # cli.py parses and dispatches; what it runs lives in the rooms (ifgym.runner), so nothing needs to import it.
+    # Its only ways in are the console script and `python -m ifgym.cli` (whose __main__ block names itself)
+    import tomllib
+
+    graph = import_graph()
+    importers = sorted(m for m, edges in graph.items() if "ifgym.cli" in edges and m != "ifgym.cli")
+    assert not importers, f"{importers} import ifgym.cli; import what it calls from ifgym.runner instead"
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts == {"ifgym": "ifgym.cli:main"}
 
 
 def test_find_cycle_finds_one():

@@ -67,7 +67,7 @@ def test_the_loop_needs_none_of_the_optional_extras():
     # an episode, scored and summarised, must not import them
     code = (
         "import sys, gymnasium as gym, ifgym\n"
-        "from ifgym.envs import rollout\n"
+        "from ifgym.runner import rollout\n"
         "from ifgym.policies import ScriptedPolicy\n"
         "env = gym.make('ifgym/EvolIF-v1', max_turns=3)\n"
         "episode = rollout(env, ScriptedPolicy(['Sure.']), seed=0)\n"

@@ -408,7 +408,7 @@ def write_report(
     """Write one SOP's per-dimension table (CSV) and, with `plots`, its heatmap (PNG) into `folder`.
 
     The CLI calls this (through `FlexBenchEnv.write_report`) after `ifgym eval`; call it yourself
-    on episodes read back with `ifgym.envs.rollout.read_episodes`. To compare runs, pass several
+    on episodes read back with `ifgym.runner.rollout.read_episodes`. To compare runs, pass several
     corpora to `heatmap_matrix` / `plot_heatmap`, and two seeds' corpora to `consistency`.
     Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`); `subtitle`
     goes under the heatmap's title (the CLI passes the run: env, policy, judge, episodes, date).

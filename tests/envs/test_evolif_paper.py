@@ -17,12 +17,14 @@ from support.canned_user import scripted_user_model, stating_draft
 from support.paths import DATA
 
 import ifgym  # noqa: F401  (registers the env ids)
-from ifgym.cli import audit_judge, audit_refusal, build_env, compose, main
+from ifgym.cli import compose, main
 from ifgym.core.constraints import GROUPS
 from ifgym.envs.evolif import TASK_SYSTEM_PROMPT
-from ifgym.envs.rollout import select_seeds
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
+from ifgym.runner.build import build_env
+from ifgym.runner.judge_gate import audit_judge, audit_refusal
+from ifgym.runner.rollout import select_seeds
 
 
 def judge_model(messages):

@@ -22,10 +22,10 @@ from support.flexbench_agents import (
 from support.prompts import prompt_kind
 
 import ifgym  # noqa: F401  (registers the env ids)
-from ifgym.envs.rollout import arollout, rollout
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import CannedClient, make_client
 from ifgym.rewards.flexbench import episode_scores, fingerprint, load_dimensions, summarize
+from ifgym.runner.rollout import arollout, rollout
 from ifgym.simulators.flexbench import SOP_DIR, load_sop, sop_names
 
 MERCHANT = "merchant_onboarding"

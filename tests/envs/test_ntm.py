@@ -21,11 +21,11 @@ from support.paths import DATA
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
-from ifgym.envs import rollout
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.policies import ScriptedPolicy, Truncation
 from ifgym.rewards.ntm import NTMRow, summarize, summarize_rows
+from ifgym.runner import rollout
 from ifgym.simulators.ntm import load_ntm, parse_checkpoints
 
 MADE_UP = DATA / "ntm" / "made_up.jsonl"

@@ -24,10 +24,10 @@ import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import compose, main
 from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.report import protocol_lines
 from ifgym.rewards.audit import audit
 from ifgym.rewards.questions import question_rule
 from ifgym.rewards.structflow import PAPER_TASK, score_file, summarize
+from ifgym.runner.report import protocol_lines
 from ifgym.simulators.structflow import load_dataset
 
 DIALOGUES = load_dataset("structflowbench")

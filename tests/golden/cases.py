@@ -35,9 +35,9 @@ from golden.doubles import server_model, stand_in
 from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401  (registers the env ids)
-from ifgym.envs import arollout, rollout
 from ifgym.llm import make_client
 from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, HashingEmbedder, ScriptedPolicy, SelfRefine, Truncation
+from ifgym.runner import arollout, rollout
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(ifgym.__file__).parent  # the checkout, or a link to it named ifgym (a worktree on PYTHONPATH)

@@ -19,10 +19,10 @@ from support.paths import DATA
 from verifiers.v1.env import RunSlot
 
 import ifgym
-from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError
 from ifgym.integrations.verifiers import IfgymEnv, load_environment, offline_uv_env
 from ifgym.policies import ScriptedPolicy
+from ifgym.runner.rollout import rollout
 
 
 def answer(messages: list[dict]) -> str:

@@ -14,7 +14,6 @@ import pytest
 from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401
-from ifgym.envs.rollout import read_episodes, run
 from ifgym.errors import (
     BackendError,
     HTMLReplyError,
@@ -25,6 +24,7 @@ from ifgym.errors import (
 )
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy
+from ifgym.runner.rollout import read_episodes, run
 
 HI = [{"role": "user", "content": "hi"}]
 HTML = "<!DOCTYPE html><html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"

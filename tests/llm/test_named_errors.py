@@ -16,7 +16,6 @@ import pytest
 from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401
-from ifgym.envs.rollout import run
 from ifgym.errors import (
     AuthenticationError,
     BackendError,
@@ -31,7 +30,8 @@ from ifgym.errors import (
 )
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy
-from ifgym.report import failure_line
+from ifgym.runner.report import failure_line
+from ifgym.runner.rollout import run
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -199,7 +199,7 @@ def test_a_run_with_mixed_failures_counts_them_by_type_and_status(tmp_path):
 
 
 def test_wandb_summary_counts_failures_by_type_and_status():
-    from ifgym.tracking import run_summary
+    from ifgym.runner.tracking import run_summary
 
     failures = {
         "episodes": 3,

@@ -404,7 +404,8 @@ def test_eval_ntm_with_the_paper_preset_writes_tcr_act_and_the_policy_protocol(t
 def test_the_decision_and_summary_models_each_default_to_the_other(overrides, light, summary):
     from omegaconf import OmegaConf
 
-    from ifgym.cli import build_policy, compose
+    from ifgym.cli import compose
+    from ifgym.runner.build import build_policy
 
     preset = [
         "policy=context_agent_paper",

@@ -35,8 +35,8 @@ from ifgym.policies.graphif import (
     final_response,
 )
 from ifgym.policies.self_refine import FEEDBACK_SYSTEM, REVISE_SYSTEM
-from ifgym.report import policy_protocol_lines, results_table
 from ifgym.rewards.structflow import ChecklistJudge
+from ifgym.runner.report import policy_protocol_lines, results_table
 
 USERS = [
     "Name three rivers of Europe.",
@@ -425,8 +425,8 @@ def test_graphif_with_golden_context_says_it_is_not_the_papers_setup(tmp_path):
 def test_act_of_a_graphif_run_on_ntm_is_the_wrappers_own_count(servers):
     import gymnasium as gym
 
-    from ifgym.envs import rollout
     from ifgym.rewards.ntm import summarize
+    from ifgym.runner import rollout
 
     base, light = servers
     policy = paper_graphif(servers)

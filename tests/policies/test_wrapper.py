@@ -144,7 +144,7 @@ def test_rollout_stores_per_episode_usage(make):
     import gymnasium as gym
 
     import ifgym  # noqa: F401  (registers the env ids)
-    from ifgym.envs.rollout import rollout
+    from ifgym.runner.rollout import rollout
 
     client = CannedClient(["a b"])
     policy = make(client)
@@ -159,7 +159,7 @@ def test_rollout_stores_the_wrappers_trace():
     import gymnasium as gym
 
     import ifgym  # noqa: F401
-    from ifgym.envs.rollout import rollout
+    from ifgym.runner.rollout import rollout
 
     episode = rollout(
         gym.make("ifgym/EvolIF-v1", max_turns=2, patience=None),

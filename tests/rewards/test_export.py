@@ -13,10 +13,10 @@ import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.cli import main
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
-from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError
 from ifgym.policies import ScriptedPolicy
 from ifgym.rewards.export import SCHEMAS, export, observations, preference_rows, sft_rows
+from ifgym.runner.rollout import rollout
 
 LOWER = Constraint("case.lower", {})
 

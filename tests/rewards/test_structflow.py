@@ -16,7 +16,6 @@ import ifgym  # noqa: F401
 from ifgym.core import ChecklistItem, TurnSpec
 from ifgym.core.constraints import Constraint
 from ifgym.core.structflow import TYPE_WEIGHTS
-from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import CannedClient, LLMConfig
 from ifgym.policies import ScriptedPolicy
@@ -28,6 +27,7 @@ from ifgym.rewards.structflow import (
     parse_judgements,
     score_file,
 )
+from ifgym.runner.rollout import rollout
 from ifgym.simulators.structflow import DATASETS
 
 TASK_ORDER = [

@@ -18,7 +18,6 @@ from support.flexbench_agents import AGENTS, Policy, RuleBreaker
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import ChecklistItem, Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
-from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import make_client
 from ifgym.policies import ScriptedPolicy
@@ -34,6 +33,7 @@ from ifgym.rewards.trl import (
     episode_return,
     survived,
 )
+from ifgym.runner.rollout import rollout
 
 LOWER = ChecklistItem("c1", "Is the response in lowercase?", "Style", constraint=Constraint("case.lower", {}))
 SHORT = ChecklistItem("c2", "Is the response limited to 5 words?", "Length Constraint")  # a question rule decides it

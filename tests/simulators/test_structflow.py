@@ -27,10 +27,10 @@ import ifgym
 from ifgym.core import unstated
 from ifgym.core.constraints import Constraint, conflicts
 from ifgym.core.structflow import STRUCTURAL_TYPES
-from ifgym.envs.rollout import rollout
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient, LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
+from ifgym.runner.rollout import rollout
 from ifgym.simulators.flows import load_templates
 from ifgym.simulators.structflow import (
     DATASETS,

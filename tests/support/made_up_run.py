@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import ChecklistItem, Constraint, Episode, TurnRecord, TurnSpec, Verdict
-from ifgym.envs.rollout import FailedEpisode
-from ifgym.report import RunTally, write_plots, write_summary
+from ifgym.runner.report import RunTally, write_plots, write_summary
+from ifgym.runner.rollout import FailedEpisode
 
 ENVS = ("ifgym/EvolIF-v1", "ifgym/StructFlow-v0", "ifgym/FlexBench-v0")
 JUDGE = "judge:canned-judge"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ifgym.envs.ray_executor  # noqa: F401  (sets Ray's environment: no usage stats, no token auth)
+import ifgym.runner.ray_executor  # noqa: F401  (sets Ray's environment: no usage stats, no token auth)
 
 
 def import_ray() -> Any:

@@ -13,9 +13,9 @@ import pytest
 from support.canned_server import CannedServer, eval_args
 
 from ifgym.cli import main
-from ifgym.envs.shards import Shard
 from ifgym.errors import ConfigError
 from ifgym.llm import Usage
+from ifgym.runner.shards import Shard
 
 RUN = ["eval", "policy=scripted", "env.max_turns=2", "progress=false", "ci_resamples=200"]
 

@@ -16,10 +16,10 @@ from support.canned_server import CannedServer, eval_args
 
 import ifgym  # noqa: F401
 from ifgym.cli import main
-from ifgym.envs.rollout import EpisodeLog, claim_output, run, usage_totals
 from ifgym.errors import ConfigError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy
+from ifgym.runner.rollout import EpisodeLog, claim_output, run, usage_totals
 
 
 def test_usage_after_a_resume_counts_every_call_of_the_run(tmp_path):
@@ -62,7 +62,7 @@ def test_a_second_writer_on_the_same_output_is_refused(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from ifgym.envs.rollout import EpisodeLog; "
+            "import sys, time; from ifgym.runner.rollout import EpisodeLog; "
             f"log = EpisodeLog({str(out)!r}, 'k'); print('locked', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,

@@ -9,12 +9,12 @@ import pytest
 from support.made_up_run import write_made_up_run
 from support.wandb_reader import inspect
 
-from ifgym.agreement import LABELS_FILE, agreement, append_label, read_labels, sample_items, turn_items
 from ifgym.cli import main
 from ifgym.core import Constraint, Episode, TurnRecord, TurnSpec, Verdict
-from ifgym.envs.rollout import read_episodes
 from ifgym.errors import DataFormatError
-from ifgym.stats import CISettings
+from ifgym.runner.agreement import LABELS_FILE, agreement, append_label, read_labels, sample_items, turn_items
+from ifgym.runner.rollout import read_episodes
+from ifgym.runner.stats import CISettings
 
 EMOTION = Constraint("emotion.tone", {"emotion": "happy"})
 STYLE = Constraint("style.register", {"style": "formal"})

@@ -15,10 +15,10 @@ import pytest
 
 import ifgym  # noqa: F401
 from ifgym.core import Episode
-from ifgym.envs.rollout import StoredEpisodes, read_episodes, run, usage_totals
 from ifgym.errors import DataFormatError
 from ifgym.policies import ScriptedPolicy
-from ifgym.report import RunTally
+from ifgym.runner.report import RunTally
+from ifgym.runner.rollout import StoredEpisodes, read_episodes, run, usage_totals
 
 
 def make_env():

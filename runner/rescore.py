@@ -8,9 +8,9 @@ played. Where the user's turns may depend on the replies, or the new verdicts wo
 patience out at another turn, the record says so (`meta["rescore"]`, `run.json`, the summary).
 
 The result is a run folder of its own (`episodes.jsonl`, `run.json` naming the source run and both
-judges, `summary.json` and plots via `cli.report_run`); re-running the command resumes into it. This
-module does the rescoring (`plan`, `rescore_episodes`); `cli.rescore_run` wires the run's clients, judge
-audit, record and report as `ifgym eval` does.
+judges, `summary.json` and plots via `summarize.report_run`); re-running the command resumes into it. `plan`
+and `rescore_episodes` do the rescoring; `rescore_run` (the command) wires the run's clients, judge audit,
+record and report as `ifgym eval` does.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import copy
 import hashlib
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import Episode, UserTurn, Verdict
-from ifgym.envs.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
+from ifgym.runner.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.simulators.base import UserSimulator
 
 __all__ = [
@@ -217,7 +218,7 @@ def user_reacts(env: Any) -> bool:
 
 def _source(arg: str) -> tuple[Path, dict[str, Any]]:
     """A finished run's episodes file and its record (run.json), from its folder or episodes file."""
-    from ifgym.records import RECORD_FILE
+    from ifgym.runner.records import RECORD_FILE
 
     path = Path(arg).expanduser().absolute()
     folder = path if path.is_dir() else path.parent
@@ -304,7 +305,7 @@ class Plan:
 
 def plan(args: Sequence[str], judge_group: Callable[[str], dict[str, Any]]) -> Plan:
     """Read `ifgym rescore`'s arguments and the source run; `judge_group(kind)` composes a `judge=KIND` group."""
-    from ifgym.records import run_key
+    from ifgym.runner.records import run_key
 
     arg, options, judge_keys = _options(args)
     source_file, source_record = _source(arg)
@@ -403,3 +404,83 @@ async def _rescore_one(make_env: Callable[[], Any], episode: Episode, key: str) 
     if isinstance(record, Episode):
         record.meta["played_usage"] = episode.meta.get("usage", {})
     return record
+
+
+def rescore_run(args: list[str], judge_config: Callable[[str], dict[str, Any]]) -> int:
+    """`ifgym rescore RUN [KEY=VALUE ...]`: RUN's replies judged again into a new run folder (this module).
+
+    The env, judge clients, audit, run record and report are made as `ifgym eval` makes them; the policy is never
+    built. `judge_config` composes a judge group's config (`judge=KIND`), as `ifgym eval` would. Returns 1 when
+    episodes failed, as eval does.
+    """
+    from ifgym.errors import ConfigError
+    from ifgym.runner.build import build_env, fill_request_limits, use_cache
+    from ifgym.runner.judge_gate import audit_judge
+    from ifgym.runner.records import RunRecord
+    from ifgym.runner.report import write_summary
+    from ifgym.runner.rollout import failure_summary
+    from ifgym.runner.summarize import ci_settings_of, report_run
+
+    job = plan(args, judge_config)
+    resolved, source = job.resolved, job.source_record
+    fill_request_limits(resolved, resolved["concurrency"])
+    clients: dict[str, Any] = {}
+    make_env = build_env(resolved["env"], resolved["judge"], clients)
+    use_cache(clients, resolved)
+    env = make_env()
+    judge_record = audit_judge(env.unwrapped, resolved["judge"], progress=resolved["progress"])
+    record = RunRecord(job.folder, config=resolved, key=job.key, command=["ifgym", "rescore", *args])
+    if source.get("policy_protocol"):  # the replies are the source run's: so is the policy's setup
+        record.data["policy_protocol"] = source["policy_protocol"]
+    record.start(clients)
+    semantics = (
+        resolved["env"].get("checker_semantics", "ifgym"),
+        source["config"]["env"].get("checker_semantics", "ifgym"),
+    )
+    notes = {
+        "source": job.source,
+        "source_judge": judge_named(source["config"]["judge"], source.get("models", {}), semantics[1]),
+        "judge": judge_named(resolved["judge"], record.data["models"], semantics[0]),
+        "user_reacts_to_replies": user_reacts(env),
+        "scored_as_played": "the recorded user turns and endings are kept; the policy is not called",
+        "source_failed_seeds": job.failed_seeds,
+    }
+    record.data["rescore"] = notes
+    record.write()
+    print(
+        f"rescoring {len(job.seeds)} episodes of {job.source_file} (judge {resolved['judge']['kind']}, checker "
+        f"semantics {semantics[0]}) into {job.folder}; the policy is not called"
+        + (f"; {len(job.failed_seeds)} failed episodes of the source are not rescored" if job.failed_seeds else ""),
+        file=sys.stderr,
+    )
+    try:
+        result = rescore_episodes(job, make_env)
+        if not result.episodes:
+            kind, message = next(iter(result.failures["examples"].items()))
+            raise ConfigError(f"rescore: every episode failed; commonest error: {kind}: {message}")
+    except BaseException as exc:
+        record.fail(exc)
+        raise
+    notes["ending_would_differ"] = differs = endings_that_differ(result.episodes)
+    summary, _, _ = report_run(
+        env.unwrapped,
+        resolved,
+        job.folder / "episodes.jsonl",
+        result.episodes,
+        failure_summary(result.failed, len(job.seeds)),
+        worker_deaths=0,
+        judge_record=judge_record,
+        record=record,
+        roles=clients,
+        ci_settings=ci_settings_of(resolved),
+    )
+    summary["rescore"] = notes
+    write_summary(summary, job.folder / "summary.json")
+    if notes["user_reacts_to_replies"]:
+        print("note: this env's user may answer other replies differently; the transcript is scored as played")
+    if differs:
+        print(
+            f"note: in {len(differs)} episodes (seeds {', '.join(map(str, differs))}) the new verdicts would have "
+            "ended the dialogue at another turn (meta.rescore.would_end); they are scored as played"
+        )
+    return 1 if result.failed else 0

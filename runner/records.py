@@ -291,7 +291,7 @@ def git_revision() -> dict[str, Any] | None:
     """The git commit of the ifgym source and whether it has uncommitted changes; None outside a checkout."""
     if shutil.which("git") is None:
         return None
-    source = Path(__file__).resolve().parent
+    source = Path(__file__).resolve().parents[1]  # the package root
 
     def git(*args: str) -> str | None:
         try:
@@ -375,7 +375,7 @@ class RunRecord:
         hydra: Mapping[str, Any] | None = None,
         name: str = RECORD_FILE,
     ):
-        from ifgym import __version__
+        from ifgym.version import __version__
 
         self.path = Path(folder) / name
         self.data: dict[str, Any] = {

@@ -11,10 +11,10 @@ from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker, RecordEpisodeStatistics, TimeLimit
 
 import ifgym  # noqa: F401
-from ifgym.envs import async_reset, async_step
-from ifgym.envs.rollout import arollout, rollout
 from ifgym.errors import AsyncWrapperError
 from ifgym.policies import ScriptedPolicy
+from ifgym.runner import async_reset, async_step
+from ifgym.runner.rollout import arollout, rollout
 
 REPLIES = ["Short answer.", "A longer answer, with a comma.", "YES.", "no"]
 

@@ -13,10 +13,10 @@ import pytest
 from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401
-from ifgym.envs.rollout import arun, read_episodes, rollout, run
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
+from ifgym.runner.rollout import arun, read_episodes, rollout, run
 
 
 def make_env():
@@ -118,7 +118,7 @@ def test_episode_through_the_embedded_backend_with_the_small_model():
 
 def test_the_log_writes_each_line_where_append_said_and_raises_a_write_that_failed(tmp_path):
     # lines are written by the log's own thread: each lands at the offset append returned, in order
-    from ifgym.envs.rollout import EpisodeLog, StoredEpisodes
+    from ifgym.runner.rollout import EpisodeLog, StoredEpisodes
 
     source = tmp_path / "a.jsonl"
     run(make_env, lambda: ScriptedPolicy(["A reply."]), range(3), output=source, run_key="k", progress=False)

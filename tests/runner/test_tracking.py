@@ -14,7 +14,7 @@ from support.canned_server import CannedServer
 from support.wandb_reader import inspect, offline_runs
 
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.tracking import TRANSCRIPT_COLUMNS, WandbLogger, api_key_configured, import_wandb, resolve_settings
+from ifgym.runner.tracking import TRANSCRIPT_COLUMNS, WandbLogger, api_key_configured, import_wandb, resolve_settings
 
 UNSET = {"project": None, "entity": None, "mode": None, "dir": None, "name": None, "group": None, "tags": None}
 NO_KEY = {"NETRC": "/nonexistent/netrc"}  # no API key anywhere: W&B would have nothing to log in with
@@ -193,7 +193,7 @@ def test_sweep_jobs_are_grouped_by_the_sweep(tmp_path):
 
 def test_public_argv_shows_libraries_the_arguments_without_credentials_and_restores_them(monkeypatch):
     # W&B (eval, train, agreement) reads sys.argv while a run starts; inside the block it reads the cleaned form
-    from ifgym.records import public_argv
+    from ifgym.runner.records import public_argv
 
     argv = ["ifgym", "eval", "policy.llm.base_url=http://u:canary-pw-7@127.0.0.1:9/v1", "episodes=2"]
     monkeypatch.setattr(sys, "argv", list(argv))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ifgym.envs.rollout import _lock, read_lines
 from ifgym.errors import ConfigError, DataFormatError
+from ifgym.runner.rollout import _lock, read_lines
 
 __all__ = [
     "Combined",

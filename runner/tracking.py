@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.records import public_argv, public_config
+from ifgym.runner.records import public_argv, public_config
 
 WANDB_INSTALL = "pip install 'ifgym[wandb]'  (wandb>=0.17,<0.32; make's set-up installs it)"
 MODES = ("online", "offline", "disabled")
@@ -190,7 +190,7 @@ def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
     """
     import json
 
-    from ifgym.records import RECORD_FILE
+    from ifgym.runner.records import RECORD_FILE
 
     run_id = wandb_run_id(folder)
     if run_id is None:

@@ -1,6 +1,6 @@
 """executor=ray on a local Ray instance the run starts itself: its lifetime is the run's.
 
-No fixture starts Ray here (tests/envs/test_ray_executor.py shares one instance across its tests):
+No fixture starts Ray here (tests/runner/test_ray_executor.py shares one instance across its tests):
 each run starts its own instance, in a temp folder this test chose, and must leave no process of it
 behind. A worker is really killed (`os._exit`) to count the deaths.
 """
@@ -18,10 +18,10 @@ import pytest
 from support.ray_cluster import import_ray
 
 import ifgym  # noqa: F401
+from ifgym.policies import ScriptedPolicy
 
 # ray_executor first: it points every Ray socket at 127.0.0.1 before `ray` is imported
-from ifgym.envs.ray_executor import run_ray  # noqa: E402
-from ifgym.policies import ScriptedPolicy
+from ifgym.runner.ray_executor import run_ray  # noqa: E402
 
 ray = import_ray()
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the factories travel to the workers by value

@@ -15,10 +15,10 @@ from support.canned_server import CannedServer
 
 import ifgym  # noqa: F401
 from ifgym.cli import main
-from ifgym.envs.rollout import STOP_MIN_ATTEMPTS, FailedEpisode, iter_records, read_episodes, run
 from ifgym.errors import RunStoppedError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
+from ifgym.runner.rollout import STOP_MIN_ATTEMPTS, FailedEpisode, iter_records, read_episodes, run
 
 
 def make_env():

@@ -39,10 +39,10 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from ifgym.core import Episode
-from ifgym.envs.async_wrappers import async_reset, async_step
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm.conversation import count_episode_usage
+from ifgym.runner.async_wrappers import async_reset, async_step
 
 T = TypeVar("T")
 

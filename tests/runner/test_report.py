@@ -11,9 +11,9 @@ import matplotlib
 import pytest
 
 import ifgym  # noqa: F401
-from ifgym.envs.rollout import rollout
 from ifgym.policies import ScriptedPolicy
-from ifgym.report import (
+from ifgym.rewards.flexbench import heatmap_figure, heatmap_matrix, short_name
+from ifgym.runner.report import (
     SURVIVAL_OFF,
     RunTally,
     chart_data,
@@ -28,7 +28,7 @@ from ifgym.report import (
     write_plots,
     write_sweep,
 )
-from ifgym.rewards.flexbench import heatmap_figure, heatmap_matrix, short_name
+from ifgym.runner.rollout import rollout
 
 matplotlib.use("Agg")
 

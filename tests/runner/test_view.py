@@ -13,9 +13,9 @@ import pytest
 from support.browser import Browser
 from support.made_up_run import write_made_up_run
 
-from ifgym.agreement import LABELS_FILE
 from ifgym.cli import main
-from ifgym.view import write_report
+from ifgym.runner.agreement import LABELS_FILE
+from ifgym.runner.view import write_report
 
 INJECTED = '<script>window.injected = 1</script><img src="x" onerror="window.injected = 2"> & </script>'
 
@@ -265,7 +265,7 @@ def test_the_server_refuses_a_bad_label(tmp_path):
 
 
 def test_serving_stops_after_the_idle_time(tmp_path, capsys):
-    from ifgym.view import serve
+    from ifgym.runner.view import serve
 
     write_made_up_run(tmp_path, 2)
     write_report([tmp_path])

@@ -1,4 +1,4 @@
-"""The Ray executor: the same episodes as `ifgym.envs.rollout.arun`, played in Ray workers.
+"""The Ray executor: the same episodes as `ifgym.runner.rollout.arun`, played in Ray workers.
 
 Each worker (a Ray actor, one CPU) runs the asyncio runner on its share of the seeds with its own
 env and policy factories (its own model clients: an LLMClient pickles as its settings). Finished
@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ifgym.envs.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 from ifgym.errors import ConfigError
+from ifgym.runner.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
 MAX_WORKER_DEATHS_PER_SEED = 3
@@ -241,7 +241,7 @@ async def _consume(ray: Any, actor: Any, share: list[int], recorder: Recorder) -
 
 
 def _worker_died(seed: int, run_key: str, times: int, error: str) -> Record:
-    from ifgym.envs.rollout import FailedEpisode
+    from ifgym.runner.rollout import FailedEpisode
 
     return FailedEpisode(
         episode_id=f"{run_key}-seed{seed}",

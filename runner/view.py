@@ -1,7 +1,7 @@
 """`ifgym view`: one run, or two side by side, as a self-contained HTML report; `--serve` adds labelling.
 
 `write_report(folders)` reads each run folder with the run's own readers (`summary.json`, the
-episodes file through `ifgym.envs.rollout`, the PNG plots the run wrote, `labels.jsonl`) and writes
+episodes file through `ifgym.runner.rollout`, the PNG plots the run wrote, `labels.jsonl`) and writes
 `report.html` into the first folder: one file, the data embedded as JSON (every `<` escaped, so no
 reply can end the script element) and drawn by the page's own script with text nodes only (a reply
 is never parsed as HTML). It works offline from `file://`: the results table with intervals and
@@ -10,10 +10,10 @@ the metric definitions, the plots, the judge's audit (and the agreement with hum
 filterable by verdict, group, failed turns and failed episodes, linkable as `#seed=S&turn=T`.
 
 `serve(folder)` serves that file on 127.0.0.1 with a small labelling API (`GET /labels`, `POST
-/labels`, appended to `labels.jsonl` by `ifgym.agreement.append_label`); it stops on Ctrl-C, after
+/labels`, appended to `labels.jsonl` by `ifgym.runner.agreement.append_label`); it stops on Ctrl-C, after
 `idle_seconds` without a request, or after `seconds`. `agreement_command` (`ifgym agreement RUN`) pairs
-those labels with the run's verdicts (`ifgym.agreement`) and writes the result into the run's summary
-and, when the run folder holds a W&B run, its W&B summary (`ifgym.tracking.log_agreement`).
+those labels with the run's verdicts (`ifgym.runner.agreement`) and writes the result into the run's summary
+and, when the run folder holds a W&B run, its W&B summary (`ifgym.runner.tracking.log_agreement`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ifgym.agreement import LABELS_FILE, SAMPLE_SIZE, append_label, read_labels, sample_items, turn_items
 from ifgym.errors import ConfigError, DataFormatError
+from ifgym.runner.agreement import LABELS_FILE, SAMPLE_SIZE, append_label, read_labels, sample_items, turn_items
 
 REPORT_FILE = "report.html"
 IDLE_SECONDS = 1800.0  # a served report stops after half an hour without a request
@@ -111,7 +111,7 @@ def _turn_json(turn: Any) -> dict[str, Any]:
 
 def _episodes(path: Path) -> tuple[list[dict[str, Any]], list[Any]]:
     """The page's episodes (finished and failed, each seed's last line, in file order) and the finished Episodes."""
-    from ifgym.envs.rollout import StoredEpisodes, latest_lines
+    from ifgym.runner.rollout import StoredEpisodes, latest_lines
 
     refs = list(latest_lines(path).values())
     finished = iter(StoredEpisodes(path, [r.offset for r in refs if r.failed is None]))
@@ -163,7 +163,7 @@ def read_summary(folder: Path) -> dict[str, Any]:
 
 def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
     """Everything the page shows of one run, as JSON-ready data."""
-    from ifgym.report import results_table, run_title
+    from ifgym.runner.report import results_table, run_title
 
     summary = read_summary(folder)
     page, episodes = _episodes(episodes_path(folder, summary))
@@ -366,11 +366,11 @@ def view_command(args: list[str]) -> int:
 
 def agreement_command(args: list[str]) -> int:
     """`ifgym agreement RUN [resamples=1000 level=0.95 seed=0]`: the judge against the run's human labels."""
-    from ifgym.agreement import agreement, agreement_lines
-    from ifgym.envs.rollout import stored_episodes
-    from ifgym.report import write_summary
-    from ifgym.stats import CISettings
-    from ifgym.tracking import log_agreement
+    from ifgym.runner.agreement import agreement, agreement_lines
+    from ifgym.runner.report import write_summary
+    from ifgym.runner.rollout import stored_episodes
+    from ifgym.runner.stats import CISettings
+    from ifgym.runner.tracking import log_agreement
 
     positional = [a for a in args if "=" not in a]
     if len(positional) != 1:

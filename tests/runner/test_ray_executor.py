@@ -17,12 +17,12 @@ from support.canned_server import CannedServer
 from support.ray_cluster import import_ray
 
 import ifgym  # noqa: F401
-
-# ray_executor first: it points every Ray socket at 127.0.0.1 before `ray` is imported
-from ifgym.envs.ray_executor import run_ray, start_ray  # noqa: E402
-from ifgym.envs.rollout import iter_records, run
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
+
+# ray_executor first: it points every Ray socket at 127.0.0.1 before `ray` is imported
+from ifgym.runner.ray_executor import run_ray, start_ray  # noqa: E402
+from ifgym.runner.rollout import iter_records, run
 
 ray = import_ray()  # without the ray extra these tests fail, saying how to install it
 # this module's factories travel to the workers by value (pytest's importlib mode: not importable there)

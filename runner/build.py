@@ -1,0 +1,196 @@
+"""A run's env, policy and model clients, built from its resolved config (the env, policy and judge groups).
+
+One client per model role for the whole run (`clients`, shared by every episode); `ifgym eval`, `ifgym merge`,
+`ifgym rescore` and `ifgym train` build through here.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# Where each role's model settings are given (env roles: env.<role>_llm), for messages that name them.
+ROLE_CONFIG_KEYS = {
+    "policy": "policy.llm",
+    "light": "policy.light_llm",
+    "summary": "policy.summary_llm",
+    "judge": "judge.llm",
+}
+
+
+def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: str | None = None) -> Any:
+    """One client per role for the whole run (shared by every episode: one semaphore, one usage counter).
+
+    `config_key` is where the settings were given, when not the role's own key (a light model that
+    takes policy.llm's settings).
+    """
+    from ifgym.llm import make_client
+
+    clients[role] = make_client(settings, role, config_key or ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
+    return clients[role]
+
+
+def use_cache(clients: dict[str, Any], resolved: dict[str, Any]) -> None:
+    """Give every client of the run the call cache `cache=DIR` names (one cache for every role); nothing when off."""
+    from ifgym.llm import CallCache
+
+    if resolved.get("cache"):
+        cache = CallCache(resolved["cache"], nondeterministic=bool(resolved.get("cache_nondeterministic")))
+        for client in clients.values():
+            client.cache = cache
+
+
+def check_model_servers(resolved: dict[str, Any], clients: dict[str, Any]) -> None:
+    """Ask each role's server once (`ifgym.llm.check_servers`) and print its notes.
+
+    A model the check filled in goes into the config: the judge audit uses it, `run.json` records it.
+    """
+    from ifgym.llm import check_servers
+
+    for note in check_servers(clients.values()):
+        print(note, file=sys.stderr)
+    for client in clients.values():
+        group, _, name = (getattr(client, "config_key", None) or "").partition(".")
+        settings = resolved.get(group, {}).get(name)
+        if isinstance(settings, dict) and settings.get("base_url"):
+            settings["model"] = client.config.model
+
+
+def fill_request_limits(resolved: dict[str, Any], concurrency: int) -> None:
+    """Give every model setting without its own `concurrency` (policy.llm, judge.llm, env.*_llm …) the run's."""
+    groups = [resolved["policy"], resolved["judge"], resolved["env"]]
+    for group in groups:
+        for key, value in group.items():
+            if (key == "llm" or key.endswith("_llm")) and isinstance(value, dict) and value.get("concurrency") is None:
+                value["concurrency"] = concurrency
+
+
+def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
+    """A factory of fresh policies (one per episode: policies keep per-episode state).
+
+    Wrapper kinds (truncation, graphif, context_agent, self_refine) wrap a fresh base policy (`policy.base`:
+    chat, scripted or transformers); graphif and context_agent share one light-model client (role "light").
+    Context_agent's decision and summary models each default to the other: of `policy.light_llm` and
+    `policy.summary_llm`, one left equal to `policy.llm` takes the other's settings; the summaries go
+    to a client of their own (role "summary") only when the two differ.
+    Kinds chat (policy=embedded, openai) and transformers are the full-history baseline: they run through
+    `Truncation(k=None)`, which sends the transcript unchanged and keeps the same per-turn cost
+    records as the wrappers (calls, tokens, context tokens), so its calls/turn and ACT are reported.
+    """
+    from ifgym.errors import ConfigError, UnknownNameError
+    from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, ScriptedPolicy, SelfRefine, Truncation
+    from ifgym.policies.embeddings import make_embedder
+
+    kind = policy_cfg["kind"]
+    if kind not in POLICY_KINDS:
+        raise UnknownNameError("policy kind", kind, POLICY_KINDS)
+    base = kind if kind in BASE_KINDS else policy_cfg.get("base", "chat")
+    if base not in BASE_KINDS:
+        raise UnknownNameError("policy.base (the policy a wrapper wraps)", base, BASE_KINDS)
+    if base == "chat":
+        if policy_cfg.get("require_server") and not policy_cfg["llm"]["base_url"]:
+            raise ConfigError(
+                "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 (or OPENAI_BASE_URL in the "
+                "environment, as the openai client reads it; https://api.openai.com/v1 for OpenAI) and "
+                "policy.llm.model=NAME (without a URL ifgym would run the embedded model instead)"
+            )
+        client = _client_for("policy", policy_cfg["llm"], clients)
+
+        def make_base() -> Any:
+            return ChatPolicy(client, system_prompt=policy_cfg["system_prompt"])
+    elif base == "transformers":
+        from ifgym.policies.transformers import TransformersPolicy, load_pretrained, set_threads
+
+        settings = dict(policy_cfg["transformers"])
+        set_threads(settings.pop("threads"))
+        # one model for the run (episodes take turns on it); each episode gets its own policy object
+        model, tokenizer = load_pretrained(settings.pop("model"), settings.pop("device"))
+
+        def make_base() -> Any:
+            return TransformersPolicy(model, tokenizer, system_prompt=policy_cfg["system_prompt"], **settings)
+    else:
+        if not policy_cfg["replies"]:
+            where = "policy=scripted" if kind == "scripted" else f"policy={kind} with policy.base=scripted"
+            raise ConfigError(f"{where} needs policy.replies=[...] (at least one reply)")
+
+        def make_base() -> Any:
+            return ScriptedPolicy(policy_cfg["replies"])
+
+    if kind in ("chat", "transformers"):
+        return lambda: Truncation(make_base(), k=None)
+    if kind in BASE_KINDS:
+        return make_base
+    if kind == "truncation":
+        k = policy_cfg["truncation"]["k"]
+        Truncation(make_base(), k=k)  # a bad k fails now, before any episode
+        return lambda: Truncation(make_base(), k=k)
+    if kind == "self_refine":
+        rounds = policy_cfg["self_refine"]["rounds"]
+        SelfRefine(make_base(), rounds=rounds)  # a bad setting fails now, before any episode
+        return lambda: SelfRefine(make_base(), rounds=rounds)
+    light_key, light_cfg = "policy.light_llm", policy_cfg["light_llm"]
+    summary_cfg = policy_cfg.get("summary_llm") if kind == "context_agent" else None
+    if summary_cfg is not None:  # a decision or summary model left as the backbone takes the other's settings
+        if light_cfg == policy_cfg["llm"] and summary_cfg != policy_cfg["llm"]:
+            light_key, light_cfg = "policy.summary_llm", summary_cfg
+        elif summary_cfg == policy_cfg["llm"]:
+            summary_cfg = light_cfg
+    light = _client_for("light", light_cfg, clients, light_key)
+    if kind == "graphif":
+        settings = dict(policy_cfg["graphif"])
+        GraphIF(make_base(), light, **settings)
+        return lambda: GraphIF(make_base(), light, **settings)
+    summary = _client_for("summary", summary_cfg, clients) if summary_cfg not in (None, light_cfg) else None
+    settings = dict(policy_cfg["context_agent"])
+    # one embedder (and loaded model) for the whole run
+    embedder = make_embedder(settings.pop("embedder"), settings.pop("embedder_model", None))
+    probe = ContextAgent(make_base(), light, summary=summary, embedder=embedder, **settings)
+    note = next((d for d in probe.protocol()["deviations"] if d.startswith("embedder ")), None)
+    if note is not None:  # θ was set for the paper's embedder: say so before the run, once
+        print(f"ifgym: note: Context-Agent's {note}", file=sys.stderr)
+    return lambda: ContextAgent(make_base(), light, summary=summary, embedder=embedder, **settings)
+
+
+BASE_KINDS = ("chat", "scripted", "transformers")
+
+
+POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent", "self_refine")
+
+
+def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
+    """A factory of envs from the env and judge groups; model settings (`*_llm`) become shared clients."""
+    import gymnasium as gym
+
+    from ifgym.errors import ConfigError, IfgymError
+
+    env_id = env_cfg["id"]
+    kwargs: dict[str, Any] = {}
+    for key, value in env_cfg.items():
+        if key == "id":
+            continue
+        kwargs[key] = _client_for(key[: -len("_llm")], value, clients) if key.endswith("_llm") else value
+    kwargs["judge"] = judge_cfg["kind"]
+    if judge_cfg["kind"] == "llm":
+        kwargs["judge_llm"] = _client_for("judge", judge_cfg["llm"], clients)
+        if judge_cfg.get("mode") is not None:
+            kwargs["judge_mode"] = judge_cfg["mode"]
+        if judge_cfg.get("threshold") is not None:
+            if judge_cfg.get("mode") != "probability":
+                raise ConfigError(
+                    f"judge.threshold={judge_cfg['threshold']} is read in probability mode only: "
+                    "add judge.mode=probability, or drop judge.threshold"
+                )
+            kwargs["judge_threshold"] = judge_cfg["threshold"]
+
+    def make_env() -> Any:
+        return gym.make(env_id, **kwargs)
+
+    try:  # fail on a bad env config (misspelt arguments get a did-you-mean) before any model call
+        make_env().close()
+    except gym.error.Error as exc:  # gymnasium's own: an unknown id, with its did-you-mean
+        ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
+        raise ConfigError(f"env.id={env_id}: {exc} (ifgym's ids: {ids})") from None
+    except IfgymError as exc:  # the env refused an argument: say which env it was
+        raise ConfigError(f"env ({env_id}): {exc}") from None
+    return make_env
