@@ -167,7 +167,7 @@ class EvolIFEnv(ChatEnv):
 
     env_name = "ifgym/EvolIF-v1"
     judge_suite = "evolif"  # the judge audit's suite for this env's LLM judge
-    # its headline metrics and pass rates as ratios of sums over dialogues: bootstrap draws in bulk (ifgym.runner.stats)
+    # its headline metrics and pass rates as ratios of sums over dialogues: bootstrap draws in bulk (ifgym.core.stats)
     summary_ratios = staticmethod(evolif_summary_ratios)
 
     def __init__(

@@ -374,7 +374,7 @@ class StructFlowEnv(ChatEnv):
     summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
     episode_row = staticmethod(structflow_episode_row)
     summarize_rows = staticmethod(structflow_summarize_rows)
-    summary_ratios = staticmethod(structflow_summary_ratios)  # the intervals' fast path (ifgym.runner.stats)
+    summary_ratios = staticmethod(structflow_summary_ratios)  # the intervals' fast path (ifgym.core.stats)
 
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:

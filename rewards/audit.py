@@ -21,7 +21,7 @@ and test. Its reference is GPT-4o's verdict, scored with `StructFlowScorer(Check
 replay is (earlier turns are the golden ones the benchmark's judge saw; question rules decide
 what they can). Per constraint type (`type/...`) and turn relation (`relation/...`) it reports the
 numbers above, the no-rate on the reference's "yes" items, and bootstrap intervals over turns
-(`ifgym.runner.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
+(`ifgym.core.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
 turns) with the hand-written suite, and its own floor (`REAL_FLOOR`: agreement >= 0.85, kappa >= 0.6,
 "yes" to at most a quarter of the reference's "no" items) refuses a judge below it, one that says "yes"
 to most of those items first of all. `REAL_MATERIAL` says what real verdicts exist for the other
@@ -34,7 +34,7 @@ sent once (blind prompts repeat across a text's items).
 
 Per group and suite the audit reports: accuracy (share of clean items whose verdict equals the
 gold label; unknown counts as wrong), yes-rate on negatives (share of clean items whose gold
-label is not yes that were judged yes), Cohen's kappa against gold (`ifgym.runner.stats.cohen_kappa`, labels
+label is not yes that were judged yes), Cohen's kappa against gold (`ifgym.core.stats.cohen_kappa`, labels
 yes / no / unknown), injection flip rate (of the injected negatives whose clean twin was judged no, the
 share judged yes; a clean unknown counts as not yes), the share of injected negatives judged yes,
 unknown rate (items judged unknown where the gold answer is yes or no, injected ones included),
@@ -547,8 +547,8 @@ async def _score(scorer: Any, probe: Probe) -> list[str]:
 
 
 def _kappa(gold: Sequence[str], predicted: Sequence[str]) -> float | None:
-    """Cohen's kappa over the labels yes / no / unknown (`ifgym.runner.stats.cohen_kappa`); None where undefined."""
-    from ifgym.runner.stats import cohen_kappa
+    """Cohen's kappa over the labels yes / no / unknown (`ifgym.core.stats.cohen_kappa`); None where undefined."""
+    from ifgym.core.stats import cohen_kappa
 
     value = cohen_kappa(list(gold), list(predicted), labels=LABELS)
     return None if math.isnan(value) else value
@@ -654,7 +654,7 @@ def real_intervals(
     units: Sequence[Sequence[GoldItem]], predicted: Mapping[str, str], resamples: int = 500, seed: int = 0
 ) -> dict[str, list[float] | None]:
     """Percentile bootstrap intervals (95%) of `FIGURES`, resampling turns (a turn's items are drawn together)."""
-    from ifgym.runner.stats import CISettings, intervals
+    from ifgym.core.stats import CISettings, intervals
 
     def summarize(drawn: Sequence[Sequence[GoldItem]], loose: bool = False) -> dict[str, float]:
         gold = [i.gold for unit in drawn for i in unit]

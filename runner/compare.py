@@ -71,8 +71,8 @@ def compare_runs(args: list[str]) -> int:
     """`ifgym compare RUN_A RUN_B [KEY=VALUE ...]`: paired differences of two runs, by seed."""
     import gymnasium as gym
 
+    from ifgym.core.stats import CISettings, compare, metric_names
     from ifgym.errors import ConfigError
-    from ifgym.runner.stats import CISettings, compare, metric_names
 
     positional = [a for a in args if "=" not in a]
     if len(positional) != 2:
