@@ -221,8 +221,6 @@ class Constraint:
                 f"{self.id}: params must be a mapping, got {type(self.params).__name__} {self.params!r}"
             )
         object.__setattr__(self, "params", _freeze(kind.normalize(self.params)))
-        # params are frozen, so the identity key can be computed once (eq/hash sit on hot paths)
-        object.__setattr__(self, "_json_key", json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False))
 
     @property
     def kind(self) -> type[ConstraintType]:
@@ -258,11 +256,23 @@ class Constraint:
             raise ConstraintParamsError(f"a constraint needs the form {{'id': ..., 'params': {{...}}}}, got {data!r}")
         return cls(data["id"], data.get("params", {}))
 
+    def _identity(self) -> str:
+        """The canonical JSON that eq and hash compare: computed on first use, then kept (params are frozen).
+
+        Not at construction: most constraints (each turn's sampled ones, every one read back from an
+        episodes file) are never compared, and the dump was a third of building one.
+        """
+        key = self.__dict__.get("_json_key")
+        if key is None:
+            key = json.dumps(self.to_json(), sort_keys=True, ensure_ascii=False)
+            object.__setattr__(self, "_json_key", key)
+        return key
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Constraint) and self._json_key == other._json_key  # type: ignore[attr-defined]
+        return isinstance(other, Constraint) and self._identity() == other._identity()
 
     def __hash__(self) -> int:
-        return hash(self._json_key)  # type: ignore[attr-defined]
+        return hash(self._identity())
 
     def __repr__(self) -> str:
         return f"Constraint({self.id!r}, {_to_json_value(self.params)!r})"
