@@ -185,6 +185,20 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
+def _typed_key(value: Any) -> Any:
+    """A hashable stand-in for JSON-like `value` that keeps types apart (1, 1.0 and True are different params)."""
+    if isinstance(value, Mapping):
+        return (type(value), tuple((k, _typed_key(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_typed_key(v) for v in value))
+    return (type(value), value)
+
+
+# Constraint.from_json's constraints by (id, typed params), cleared when full
+_FROM_JSON: dict[Any, Constraint] = {}
+_FROM_JSON_SIZE = 4096
+
+
 class FrozenParams(dict):
     """A read-only dict: constraint params cannot change after validation (specs are shared across turns).
 
@@ -251,10 +265,26 @@ class Constraint:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Constraint:
-        """Rebuild (and re-validate) a constraint from `to_json` output."""
+        """Rebuild (and re-validate) a constraint from `to_json` output.
+
+        The same id and params (same values of the same JSON types) give the constraint already built
+        from them: an episodes file repeats a few hundred distinct constraints thousands of times, and
+        the summary reads every one back. Constraints are immutable, so sharing one is safe.
+        """
         if not isinstance(data, Mapping) or "id" not in data:
             raise ConstraintParamsError(f"a constraint needs the form {{'id': ..., 'params': {{...}}}}, got {data!r}")
-        return cls(data["id"], data.get("params", {}))
+        params = data.get("params", {})
+        try:
+            key = (data["id"], _typed_key(params))
+            built = _FROM_JSON.get(key)
+        except TypeError:  # something unhashable (not JSON): validate it without the cache
+            return cls(data["id"], params)
+        if built is None:
+            built = cls(data["id"], params)
+            if len(_FROM_JSON) >= _FROM_JSON_SIZE:
+                _FROM_JSON.clear()
+            _FROM_JSON[key] = built
+        return built
 
     def _identity(self) -> str:
         """The canonical JSON that eq and hash compare: computed on first use, then kept (params are frozen).
