@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -194,9 +195,11 @@ def _typed_key(value: Any) -> Any:
     return (type(value), value)
 
 
-# Constraint.from_json's constraints by (id, typed params), cleared when full
-_FROM_JSON: dict[Any, Constraint] = {}
-_FROM_JSON_SIZE = 4096
+# Constraint.from_json's constraints by (id, typed params), the least recently used dropped first. 512 keep the
+# common ones: in a 4-turn run of 1,024 episodes (7,268 constraints, ~1,500 distinct) 78% are found (1,024: 79%,
+# 256: 75%), in well under 1 MB (unbounded it held 4 MB of a 2,000-episode run's peak RSS)
+_FROM_JSON: OrderedDict[Any, Constraint] = OrderedDict()
+_FROM_JSON_SIZE = 512
 
 
 class FrozenParams(dict):
@@ -280,10 +283,11 @@ class Constraint:
         except TypeError:  # something unhashable (not JSON): validate it without the cache
             return cls(data["id"], params)
         if built is None:
-            built = cls(data["id"], params)
-            if len(_FROM_JSON) >= _FROM_JSON_SIZE:
-                _FROM_JSON.clear()
-            _FROM_JSON[key] = built
+            built = _FROM_JSON[key] = cls(data["id"], params)
+            if len(_FROM_JSON) > _FROM_JSON_SIZE:
+                _FROM_JSON.popitem(last=False)
+        else:
+            _FROM_JSON.move_to_end(key)
         return built
 
     def _identity(self) -> str:
