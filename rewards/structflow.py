@@ -715,7 +715,7 @@ class StructFlowScorer(RulesThenJudge):
                 strict[i] = loose[i] = rule.check(reply)
             else:
                 strict[i] = check(rule, reply)
-                loose[i] = strict[i] if strict[i].label == "yes" else check(rule, reply, loose=True)
+                loose[i] = strict[i] if strict[i].label == "yes" else check(rule, reply, loose=True, as_is=strict[i])
         return strict, loose, asked
 
     def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
