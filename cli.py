@@ -47,7 +47,8 @@ commands:
                              judge.llm.base_url=URL judge.llm.model=M judge.mode=MODE suites=evolif,structflow
                              (structflow_real: real replies with StructFlowBench's GPT-4o verdicts, split=dev|test|all)
                              set=short|full (short by default: a screen; full before reporting a judge)
-                             out=judge_audit.json (no base_url: the embedded model)
+                             out=judge_audit.json (no base_url: the embedded model);
+                             judge.mode=probability calibrate=dev: fit judge.threshold on the dev split first
   compare RUN_A RUN_B [KEY=VALUE ...]  pair two runs' episodes by seed: each metric's difference B - A with
                              a paired bootstrap interval and a permutation-test p-value (resamples=, seed=,
                              level=, out=FILE.json, plot=FILE.png: the runs side by side; beside out= by default)

@@ -10,8 +10,8 @@ constraints axis on, EvolIF's evolving rules (9 rule-checked groups), stated onl
 with it off, StructFlow's own rules of each turn, stated on the turn they apply to.
 
 For each corner: ISR, CSR, EDR_len, EDR_succ and REC over the dialogues with a 95% bootstrap interval
-(resampling dialogues, `ifgym.runner.stats.intervals`), and the paired difference to the corner with one axis
-fewer (`ifgym.runner.stats.compare`: 95% paired bootstrap interval, permutation p-value), so a reader sees
+(resampling dialogues, `ifgym.core.stats.intervals`), and the paired difference to the corner with one axis
+fewer (`ifgym.core.stats.compare`: 95% paired bootstrap interval, permutation p-value), so a reader sees
 what adding an axis does to the same seeds. The model is the embedded Qwen2.5-Coder-1.5B-Instruct
 (greedy, in process) unless `--base-url URL --model NAME` names a served one. Episodes are appended
 per corner to `--out` (a re-run resumes there).
@@ -84,8 +84,8 @@ def _fmt(value: float, ci: list[float] | None) -> str:
 
 def report(runs: dict[str, list[Episode]], turns: int, model: str) -> str:
     """The table (Markdown): each corner's metrics with intervals, then each axis's paired effect."""
+    from ifgym.core.stats import compare, intervals
     from ifgym.envs.composite import CompositeEnv
-    from ifgym.runner.stats import compare, intervals
 
     n = len(next(iter(runs.values())))
     lines = [

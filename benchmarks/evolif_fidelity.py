@@ -15,7 +15,7 @@ stated constraints the turn did not change: what the model is told again instead
 (`--base-url URL --model NAME`), greedy, patience 3, rule checks (9 groups: no LLM judge here), a
 safety cap of `--max-turns` turns. CSR, ISR, EDR, REC and ROB under each, and the paired difference
 change-only − restate-all with a 95% paired bootstrap interval and a permutation p-value over
-dialogues (`ifgym.runner.stats.compare`). `--patience none --max-turns N`: both settings play the same N
+dialogues (`ifgym.core.stats.compare`). `--patience none --max-turns N`: both settings play the same N
 turns of every script, so CSR and ISR compare the same constraints, worded two ways (EDR is not
 defined then). Episodes are appended to `--out` as they finish, and a re-run resumes there.
 """
@@ -148,8 +148,8 @@ def model_part(
 
 
 def print_model(runs: dict[str, list[Episode]], max_turns: int, model: str, patience: int | None) -> None:
+    from ifgym.core.stats import compare
     from ifgym.envs.evolif import EvolIFEnv
-    from ifgym.runner.stats import compare
 
     # with patience off every dialogue plays the same max_turns turns: EDR says nothing then
     metrics = list(HEADLINE) if patience is not None else ["CSR", "ISR"]

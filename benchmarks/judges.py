@@ -117,31 +117,18 @@ def capped_real(per_model: int | None) -> dict:
 
 def real_rows(client, modes: list[str], real: dict, progress: bool) -> list[dict]:
     """Each mode on dev then test: the audit's real-suite numbers, calls and tokens per item."""
-    import asyncio
-
-    from ifgym.rewards.audit import audit, calibrate_threshold, probes
-    from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+    from ifgym.rewards.audit import audit, calibrate_on_real
 
     rows = []
     for mode in modes:
         options: dict = {}
         for split in ("dev", "test"):
             started = time.perf_counter()
-            if mode == "probability" and split == "dev":  # P(yes) of every judged dev item, then the threshold
-                judge = ChecklistJudge(client, mode="probability")
-                scorer = StructFlowScorer(judge)
-                p_yes, gold = [], []
-                for probe in probes("structflow_real", split="dev", real=real):
-                    for item, g in zip(probe.payload, probe.items, strict=True):
-                        if scorer._rule(item) is None:
-                            [(_, p)] = asyncio.run(judge.ayes_probabilities(probe.reply, [item], probe.history))
-                            p_yes.append(p)
-                            gold.append(g.gold)
-                options = (
-                    {"threshold": calibrate_threshold(p_yes, gold)["threshold"]}
-                    if any(p is not None for p in p_yes)
-                    else {}
-                )
+            if mode == "probability" and split == "dev":  # the threshold from every judged dev item's P(yes)
+                try:
+                    options = {"threshold": calibrate_on_real(client, split="dev", real=real)["threshold"]}
+                except ValueError:  # no log-probabilities: the answer's text is read
+                    options = {}
             report = audit(
                 client,
                 suites=["structflow_real"],

@@ -216,7 +216,7 @@ from ifgym.runner.summarize import run_intervals
 from ifgym.runner.rollout import run, usage_totals
 from ifgym.policies import ScriptedPolicy
 from ifgym.runner.report import RunTally, chart_data
-from ifgym.runner.stats import CISettings
+from ifgym.core.stats import CISettings
 n, out = int(sys.argv[1]), sys.argv[2]
 make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
 result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)

@@ -99,10 +99,10 @@ def compare_report(turn: Path, episode: Path, seed: int = 0) -> str:
     import gymnasium as gym
 
     import ifgym  # noqa: F401  (registers the env ids)
+    from ifgym.core.stats import CISettings, compare
     from ifgym.core.tasks import task_of
     from ifgym.integrations.trl import turn_summary
     from ifgym.runner.rollout import read_episodes
-    from ifgym.runner.stats import CISettings, compare
 
     runs = {
         name: read_episodes(folder / "eval_after" / "episodes.jsonl")

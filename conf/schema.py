@@ -159,8 +159,12 @@ class JudgeConf:
     kind: str = _help("rules | llm", "rules")
     llm: LLMConf = _help("judge model (kind=llm)", default_factory=LLMConf)
     mode: str | None = _help(
-        "LLM judge mode; null = the env's default. EvolIF: blind | rating; StructFlow, FlexBench: plain | evidence",
+        "LLM judge mode; null = the env's default. EvolIF: blind | rating; StructFlow, FlexBench: plain | evidence; "
+        "StructFlow, NTM, composite also paper | probability",
         None,
+    )
+    threshold: float | None = _help(
+        "mode=probability: P(yes) at or above it is yes; null = 0.5 (`ifgym judge-audit calibrate=dev` fits one)", None
     )
     trust: bool = _help("run even when the judge fails its audit (recorded in the summary)", False)
 

@@ -16,7 +16,9 @@ so the user side and the scoring side can both speak it without knowing each oth
   the one check of a drafted user message every user simulator uses;
 - `wording`: the small pieces of English the phrasings and the renderers are built from;
 - `structflow`: StructFlow's relations and flows, item types and weights, tasks and user types;
-- `evolif`: EvolIF's instruction format read into constraints and back (`from_evolif`, `to_evolif`).
+- `evolif`: EvolIF's instruction format read into constraints and back (`from_evolif`, `to_evolif`);
+- `stats`: bootstrap intervals over dialogues, paired comparisons and Cohen's kappa, for the judge
+  audit (`rewards/`) and the run's report (`runner/`) alike.
 
 Departure from ../shared/DESIGN.md: DESIGN places the constraint catalog in `rewards/` and the
 flows in `simulators/`; both sides use them, so they live here, and `rewards/` no longer imports

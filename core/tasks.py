@@ -38,7 +38,7 @@ class Task:
     Metrics: `summarize(episodes, loose=False)` gives the task's metrics over finished episodes, the
     same split in two so a run keeps numbers, never its episodes (`episode_row(episode, loose)`,
     then `summarize_rows(rows, loose)`); `summary_ratios(rows, loose)` is the bootstrap intervals'
-    fast path (`ifgym.runner.stats`; None: resample `summarize_rows`). `headline` are the keys of
+    fast path (`ifgym.core.stats`; None: resample `summarize_rows`). `headline` are the keys of
     `summarize` that get intervals, `headline_metric` the one a run is read by first,
     `definitions` one line per metric under the results table, `aliases` earlier names kept in
     `summarize` (not printed). `loose_metrics`: whether runs report a loose variant (FlexBench's

@@ -147,11 +147,12 @@ class ChatEnv(gym.Env[list, str]):
         and the same first seed gives the same sequence. A first `reset()` without a seed starts
         the sequence from fresh entropy (recorded all the same).
         """
-        if seed is not None:
-            self._seeds = np.random.default_rng([seed, 0x5EED])
+        if seed is not None:  # the sequence is drawn from `seed` when an unseeded reset first needs it: most never do
+            self._seeds, self._seeds_from = None, seed
             return seed
         if self._seeds is None:
-            self._seeds = np.random.default_rng()
+            start = getattr(self, "_seeds_from", None)
+            self._seeds = np.random.default_rng() if start is None else np.random.default_rng([start, 0x5EED])
         return int(self._seeds.integers(2**31 - 1))
 
     def _begin(self, seed: int | None) -> None:

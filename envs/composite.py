@@ -78,7 +78,8 @@ class CompositeEnv(ChatEnv):
     | `regenerations` | `3` | renderer="llm": redrafts before the template text is used |
     | `judge` | `"rules"` | `"rules"` (structural items unknown) or `"llm"` (the checklist judge) |
     | `judge_llm` | `None` | the judge's client, `LLMConfig` or mapping; None = the embedded model |
-    | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` or `"probability"` |
+    | `judge_threshold` | `None` | probability mode: P(yes) ≥ it is Yes; None = 0.5 |
     | `checker_semantics` | `"ifgym"` | `"ifgym"` (strict + loose) or `"evolif"` (EvolIF's evaluator) |
     | `templates` | `None` | structure templates: None (ifgym's), `"structflowbench"`, a path, or a list of templates |
     | `topics` | `None` | topic bank path; None = packaged |
@@ -117,6 +118,7 @@ class CompositeEnv(ChatEnv):
         judge: str = "rules",
         judge_llm: Any = None,
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
+        judge_threshold: float | None = None,
         checker_semantics: str = "ifgym",
         templates: str | Path | Sequence[Any] | None = None,
         topics: str | Path | None = None,
@@ -178,7 +180,13 @@ class CompositeEnv(ChatEnv):
             min_turns=min_turns,
         )
         checklist_judge = (
-            ChecklistJudge(resolve_client(judge_llm, "judge"), mode=judge_mode) if judge == "llm" else None
+            ChecklistJudge(
+                resolve_client(judge_llm, "judge"),
+                mode=judge_mode,
+                **({} if judge_threshold is None else {"threshold": judge_threshold}),
+            )
+            if judge == "llm"
+            else None
         )
         scorer = CompositeScorer(EvolIFScorer(None, semantics=checker_semantics), StructFlowScorer(checklist_judge))
         self.settings = {

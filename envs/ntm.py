@@ -62,9 +62,10 @@ class NTMEnv(ChatEnv):
     | `judge` | `"llm"` | `"llm"` (the checklist judge) or `"rules"` (every checkpoint unknown) |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"`, which scores nothing (see Rewards) |
     | `judge_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
-    | `judge_mode` | `"plain"` | checklist judge: `"plain"` or `"evidence"` (a Yes must quote the reply) |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes the reply), `"probability"` |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses checkpoints |
     | `judge_max_tokens` | `None` | judge answer cap; None = 128 + 96 per checkpoint (or the client's, if larger) |
+    | `judge_threshold` | `None` | probability mode: P(yes) ≥ it is Yes; None = 0.5 |
     | `system_prompt` | `None` | system message put first in every observation |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
@@ -86,6 +87,7 @@ class NTMEnv(ChatEnv):
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_max_retries: int = 2,
         judge_max_tokens: int | None = None,
+        judge_threshold: float | None = None,
         system_prompt: str | None = None,
         max_reply_chars: int = 100_000,
         render_mode: str | None = None,
@@ -121,6 +123,7 @@ class NTMEnv(ChatEnv):
                 mode=judge_mode,
                 max_retries=judge_max_retries,
                 max_tokens=judge_max_tokens,
+                **({} if judge_threshold is None else {"threshold": judge_threshold}),
             )
             if judge == "llm"
             else None

@@ -110,11 +110,12 @@ class StructFlowEnv(ChatEnv):
     | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"` even when it scores nothing (see Rewards) |
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
-    | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes the reply) or `"paper"` |
+    | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes), `"paper"`, `"probability"` |
     | `judge_rule_items` | `False` | True: the judge answers every item, rule-decidable ones too (the benchmark's way) |
     | `judge_golden` | `False` | True: the judge sees the turn's reference answer, if any (GraphIF's evaluator) |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses items |
     | `judge_max_tokens` | `None` | judge answer cap per call; None = 128 + 96 per item (or the client's, if larger) |
+    | `judge_threshold` | `None` | probability mode: P(yes) ≥ it is Yes; None = 0.5 |
     | `templates` | `None` | structure templates: `"structflowbench"` (packaged) or a path; None = ifgym's own |
     | `topics` | `None` | topic bank path; None = packaged |
     | `tasks`, `user_types` | `None` | restrict the task types / user types drawn |
@@ -151,6 +152,7 @@ class StructFlowEnv(ChatEnv):
         judge_golden: bool = False,
         judge_max_retries: int = 2,
         judge_max_tokens: int | None = None,
+        judge_threshold: float | None = None,
         templates: str | Path | None = None,
         topics: str | Path | None = None,
         tasks: Sequence[str] | None = None,
@@ -244,6 +246,7 @@ class StructFlowEnv(ChatEnv):
                 mode=judge_mode,
                 max_retries=judge_max_retries,
                 max_tokens=judge_max_tokens,
+                **({} if judge_threshold is None else {"threshold": judge_threshold}),
             )
             if judge == "llm"
             else None

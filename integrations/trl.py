@@ -24,7 +24,7 @@ env, rewarded by their return or turn by turn (see `ifgym.integrations.trl_episo
    the model before (`eval_before/`) and after (`eval_after/`) training, in the multi-turn env
    itself; `train_summary.json` holds both runs' mean turn reward and headline metrics with
    bootstrap intervals, and the paired difference (after − before, by seed) with its interval and
-   permutation p-value (`ifgym.runner.stats`).
+   permutation p-value (`ifgym.core.stats`).
 """
 
 from __future__ import annotations
@@ -207,9 +207,9 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     """
     import gymnasium as gym
 
+    from ifgym.core.stats import CISettings, compare, intervals
     from ifgym.core.tasks import task_of
     from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
-    from ifgym.runner.stats import CISettings, compare, intervals
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ and test. Its reference is GPT-4o's verdict, scored with `StructFlowScorer(Check
 replay is (earlier turns are the golden ones the benchmark's judge saw; question rules decide
 what they can). Per constraint type (`type/...`) and turn relation (`relation/...`) it reports the
 numbers above, the no-rate on the reference's "yes" items, and bootstrap intervals over turns
-(`ifgym.runner.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
+(`ifgym.core.stats.intervals`). The pre-eval audit of a checklist judge runs it (the short set: 30 test
 turns) with the hand-written suite, and its own floor (`REAL_FLOOR`: agreement >= 0.85, kappa >= 0.6,
 "yes" to at most a quarter of the reference's "no" items) refuses a judge below it, one that says "yes"
 to most of those items first of all. `REAL_MATERIAL` says what real verdicts exist for the other
@@ -34,7 +34,7 @@ sent once (blind prompts repeat across a text's items).
 
 Per group and suite the audit reports: accuracy (share of clean items whose verdict equals the
 gold label; unknown counts as wrong), yes-rate on negatives (share of clean items whose gold
-label is not yes that were judged yes), Cohen's kappa against gold (`ifgym.runner.stats.cohen_kappa`, labels
+label is not yes that were judged yes), Cohen's kappa against gold (`ifgym.core.stats.cohen_kappa`, labels
 yes / no / unknown), injection flip rate (of the injected negatives whose clean twin was judged no, the
 share judged yes; a clean unknown counts as not yes), the share of injected negatives judged yes,
 unknown rate (items judged unknown where the gold answer is yes or no, injected ones included),
@@ -72,6 +72,7 @@ __all__ = [
     "Floor",
     "audit",
     "cached_audit",
+    "calibrate_on_real",
     "calibrate_threshold",
     "format_report",
     "gold_version",
@@ -547,8 +548,8 @@ async def _score(scorer: Any, probe: Probe) -> list[str]:
 
 
 def _kappa(gold: Sequence[str], predicted: Sequence[str]) -> float | None:
-    """Cohen's kappa over the labels yes / no / unknown (`ifgym.runner.stats.cohen_kappa`); None where undefined."""
-    from ifgym.runner.stats import cohen_kappa
+    """Cohen's kappa over the labels yes / no / unknown (`ifgym.core.stats.cohen_kappa`); None where undefined."""
+    from ifgym.core.stats import cohen_kappa
 
     value = cohen_kappa(list(gold), list(predicted), labels=LABELS)
     return None if math.isnan(value) else value
@@ -612,6 +613,31 @@ def calibrate_threshold(p_yes: Sequence[float | None], gold: Sequence[str]) -> d
     )
 
 
+def calibrate_on_real(
+    client: Any, *, split: str = "dev", real: Mapping[str, Any] | None = None, progress: bool = False
+) -> dict[str, Any]:
+    """`calibrate_threshold` for `client` in probability mode on the real suite's `split` (dev: never report on it).
+
+    Every item no rule decides is asked alone; items the client gave no log-probabilities for are left
+    out (counted in `no_logprobs`). Raises ValueError when none had them.
+    """
+    from tqdm.auto import tqdm
+
+    from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+
+    judge = ChecklistJudge(client, mode="probability")
+    scorer = StructFlowScorer(judge)
+    p_yes, gold = [], []
+    todo = probes("structflow_real", split=split, real=real)
+    for probe in tqdm(todo, desc=f"calibrating on {split}", unit="turn", disable=not progress):
+        for item, expected in zip(probe.payload, probe.items, strict=True):
+            if scorer._rule(item) is None:
+                [(_, p)] = asyncio.run(judge.ayes_probabilities(probe.reply, [item], probe.history))
+                p_yes.append(p)
+                gold.append(expected.gold)
+    return {**calibrate_threshold(p_yes, gold), "split": split, "no_logprobs": p_yes.count(None)}
+
+
 def judge_identity(client: Any) -> dict[str, Any]:
     """What identifies a judge for the audit cache: backend, server, model and sampling settings."""
     describe = getattr(client, "describe", None)
@@ -629,7 +655,7 @@ def real_intervals(
     units: Sequence[Sequence[GoldItem]], predicted: Mapping[str, str], resamples: int = 500, seed: int = 0
 ) -> dict[str, list[float] | None]:
     """Percentile bootstrap intervals (95%) of `FIGURES`, resampling turns (a turn's items are drawn together)."""
-    from ifgym.runner.stats import CISettings, intervals
+    from ifgym.core.stats import CISettings, intervals
 
     def summarize(drawn: Sequence[Sequence[GoldItem]], loose: bool = False) -> dict[str, float]:
         gold = [i.gold for unit in drawn for i in unit]
@@ -792,8 +818,17 @@ def audit(
     }
 
 
-def _cache_key(client: Any, suites: Sequence[str], modes: Mapping[str, str], short: bool, split: str = "test") -> str:
-    versions = {s: (modes[s], build_scorer(s, client, modes[s]).judge.prompt_version) for s in suites}
+def _cache_key(
+    client: Any,
+    suites: Sequence[str],
+    modes: Mapping[str, str],
+    short: bool,
+    split: str = "test",
+    judge_options: Mapping[str, Any] | None = None,
+) -> str:
+    # the prompt version holds the judge options that change verdicts (probability mode: its threshold)
+    options = {s: judge_options if s.startswith("structflow") else None for s in suites}
+    versions = {s: (modes[s], build_scorer(s, client, modes[s], None, options[s]).judge.prompt_version) for s in suites}
     blob: dict[str, Any] = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
     if "structflow_real" in suites:  # keys of audits without the real suite stay as they were
         blob.update(real=real_version(), split=split, floor=REAL_FLOOR.to_json())
@@ -809,23 +844,27 @@ def cached_audit(
     cache_dir: str | Path | None = None,
     progress: bool = False,
     split: str = "test",
+    judge_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`audit`, read from `<cache>/judge-audit/` when this judge, mode, prompt and gold set were audited before.
 
     The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
+    `judge_options` go to the checklist judges, as in `audit`.
     """
     from ifgym.llm.models import default_cache_dir
 
     modes = _modes_of(suites, modes)
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split)}.json"
+    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split, judge_options)}.json"
     if path.exists():
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
             return {**report, "cached": True, "cache_path": str(path)}
         except json.JSONDecodeError:
             pass  # a cut-off write: audit again
-    report = audit(client, suites=suites, modes=modes, short=short, progress=progress, split=split)
+    report = audit(
+        client, suites=suites, modes=modes, short=short, progress=progress, split=split, judge_options=judge_options
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -58,7 +58,9 @@ def loose_variants(reply: str) -> list[tuple[str, str]]:
 SEMANTICS: tuple[str, ...] = ("ifgym", "evolif")
 
 
-def check(constraint: Constraint, reply: str, *, loose: bool = False, semantics: str = "ifgym") -> Verdict:
+def check(
+    constraint: Constraint, reply: str, *, loose: bool = False, semantics: str = "ifgym", as_is: Verdict | None = None
+) -> Verdict:
     """Rule verdict of `constraint` on `reply`.
 
     `semantics="ifgym"` (default) applies ifgym's rules, the stricter reading (the catalog's
@@ -67,7 +69,9 @@ def check(constraint: Constraint, reply: str, *, loose: bool = False, semantics:
     names the variant that passed. `semantics="evolif"` returns the verdict EvolIF's released
     evaluator gives (source "rule:evolif"; see `ifgym.rewards.evolif.compat`); EvolIF has one
     reading, so it takes no `loose`. Judged constraints raise JudgeRequiredError; a reply that is
-    not a string raises ActionError.
+    not a string raises ActionError. `as_is`: the strict verdict of this constraint on this reply when the
+    caller already has it (scorers check strict first): loose checking then starts from it instead of
+    checking the reply as is a second time.
     """
     if not isinstance(constraint, Constraint):
         raise TypeError(f"check expects a Constraint, got {type(constraint).__name__} {constraint!r}")
@@ -84,7 +88,7 @@ def check(constraint: Constraint, reply: str, *, loose: bool = False, semantics:
         if loose:
             raise ValueError("semantics='evolif' has one reading (EvolIF's); loose=True applies to semantics='ifgym'")
         return evolif_check(constraint, reply)
-    strict = kind.check(reply, constraint.params)
+    strict = as_is if as_is is not None and loose else kind.check(reply, constraint.params)
     if not loose or strict.label == "yes":
         if loose:
             return Verdict(strict.label, f"loose (as is): {strict.reason}", strict.source)

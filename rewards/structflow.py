@@ -715,7 +715,7 @@ class StructFlowScorer(RulesThenJudge):
                 strict[i] = loose[i] = rule.check(reply)
             else:
                 strict[i] = check(rule, reply)
-                loose[i] = strict[i] if strict[i].label == "yes" else check(rule, reply, loose=True)
+                loose[i] = strict[i] if strict[i].label == "yes" else check(rule, reply, loose=True, as_is=strict[i])
         return strict, loose, asked
 
     def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:
@@ -918,7 +918,7 @@ def summary_ratios(
     Per dialogue (a row: its scored turns): CSR and WCSR sum the turn values of the turns with a
     known verdict over their count, ISR the determined turns' values over theirs, DRFR and each
     pass rate the yes items over the known ones, WCSR_pooled the yes weight over the known weight.
-    A bootstrap draw's value is then a weighted sum (`ifgym.runner.stats.intervals`) instead of a full
+    A bootstrap draw's value is then a weighted sum (`ifgym.core.stats.intervals`) instead of a full
     `summarize_rows` with every breakdown. `loose` is the rows' business and is ignored here.
     """
     n = len(rows)

@@ -5,11 +5,11 @@ drawn stratified by constraint group and judge label (`sample_items`), with the 
 hidden until the researcher has labelled the item. Each label is appended to `labels.jsonl` in the
 run folder (`append_label`: one JSON line, flushed and fsynced; a relabelled item's last line
 counts). `ifgym agreement RUN` (`agreement`) pairs the labels with the run's verdicts and reports,
-per group and over all groups, Cohen's kappa (`ifgym.runner.stats.cohen_kappa` over the labels
+per group and over all groups, Cohen's kappa (`ifgym.core.stats.cohen_kappa` over the labels
 yes/no/unknown: a judge's unknown counts as disagreeing with the human's yes or no), accuracy (share of
 items where the judge said what the human said) and the yes-rate on the human's negatives (share of
 items a human labelled "no" that the judge passed), each with a percentile bootstrap interval over
-episodes (`ifgym.runner.stats.intervals`: the labelled items of one episode are drawn together).
+episodes (`ifgym.core.stats.intervals`: the labelled items of one episode are drawn together).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import LABELS, Episode, TurnRecord
+from ifgym.core.stats import cohen_kappa
 from ifgym.errors import DataFormatError
-from ifgym.runner.stats import cohen_kappa
 
 LABELS_FILE = "labels.jsonl"
 HUMAN_LABELS = ("yes", "no")
@@ -192,9 +192,9 @@ def agreement(episodes: Iterable[Episode], labels: Sequence[dict[str, Any]], set
     "labels": lines read, "matched": labels paired with a judged verdict, "unmatched": keys not found,
     "ci_settings"}`; `ALL` ("all") is the row over every group. A figure undefined on the labels (kappa
     with a single label in play, the yes-rate without a human "no") is None. `settings`:
-    `ifgym.runner.stats.CISettings` (default: 1,000 resamples, 95%, seed 0).
+    `ifgym.core.stats.CISettings` (default: 1,000 resamples, 95%, seed 0).
     """
-    from ifgym.runner.stats import CISettings, intervals
+    from ifgym.core.stats import CISettings, intervals
 
     settings = settings or CISettings()
     latest = {label["key"]: label for label in labels if isinstance(label, dict) and "key" in label}

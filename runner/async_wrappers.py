@@ -68,15 +68,23 @@ def _base_method(env: gym.Env, name: str) -> Any:
     return method
 
 
+# a wrapper class's kind, found once per class (it was looked up at every step of every layer)
+_KINDS: dict[type, type | None] = {}
+
+
 def _kind(wrapper: gym.Wrapper) -> type | None:
     """None for a wrapper with its own astep/areset, else the gymnasium class whose step/reset it runs unchanged."""
     cls = type(wrapper)
+    if cls in _KINDS:
+        return _KINDS[cls]
     own = [name for name in ("astep", "areset") if callable(getattr(cls, name, None))]
     if len(own) == 2:
+        _KINDS[cls] = None
         return None
     if not own:  # a half-async wrapper is refused below: running its sync step would skip its astep
         for known in (gym.ActionWrapper, *_REPLAYED):
             if isinstance(wrapper, known) and cls.step is known.step and cls.reset is known.reset:
+                _KINDS[cls] = known
                 return known
     where = f"{cls.__module__}.{cls.__qualname__}"
     has = f"it defines only {own[0]}" if own else "it overrides step or reset without an async twin"

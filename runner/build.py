@@ -175,6 +175,13 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
         kwargs["judge_llm"] = _client_for("judge", judge_cfg["llm"], clients)
         if judge_cfg.get("mode") is not None:
             kwargs["judge_mode"] = judge_cfg["mode"]
+        if judge_cfg.get("threshold") is not None:
+            if judge_cfg.get("mode") != "probability":
+                raise ConfigError(
+                    f"judge.threshold={judge_cfg['threshold']} is read in probability mode only: "
+                    "add judge.mode=probability, or drop judge.threshold"
+                )
+            kwargs["judge_threshold"] = judge_cfg["threshold"]
 
     def make_env() -> Any:
         return gym.make(env_id, **kwargs)

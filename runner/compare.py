@@ -69,9 +69,9 @@ def _differences(a: Any, b: Any, prefix: str) -> list[tuple[str, Any, Any]]:
 
 def compare_runs(args: list[str]) -> int:
     """`ifgym compare RUN_A RUN_B [KEY=VALUE ...]`: paired differences of two runs, by seed."""
+    from ifgym.core.stats import CISettings, compare, metric_names
     from ifgym.core.tasks import task_of
     from ifgym.errors import ConfigError
-    from ifgym.runner.stats import CISettings, compare, metric_names
 
     positional = [a for a in args if "=" not in a]
     if len(positional) != 2:

@@ -44,6 +44,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         suites=suites,
         modes=dict.fromkeys(suites, judge.mode),
         progress=progress,
+        judge_options={"threshold": judge.threshold} if judge.mode == "probability" else None,
     )
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
@@ -52,6 +53,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         "kind": "llm",
         "model": report["judge"].get("model"),
         "mode": judge.mode,
+        **({"threshold": judge.threshold} if judge.mode == "probability" else {}),
         "prompt_version": judge.prompt_version,
         "suite": suite,
         "trust": bool(judge_cfg.get("trust")),
@@ -139,7 +141,7 @@ def audit_lines(judge: dict[str, Any]) -> list[str]:
     return lines
 
 
-AUDIT_OPTIONS = ("suites", "set", "out", "split")
+AUDIT_OPTIONS = ("suites", "set", "out", "split", "calibrate")
 
 
 def judge_audit(args: list[str], compose_judge: Callable[[list[str]], dict[str, Any]]) -> int:
@@ -149,7 +151,7 @@ def judge_audit(args: list[str], compose_judge: Callable[[list[str]], dict[str, 
     """
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
-    from ifgym.rewards.audit import audit, format_report, resolve_modes
+    from ifgym.rewards.audit import audit, calibrate_on_real, format_report, resolve_modes
 
     options: dict[str, str] = {
         "suites": ",".join(("structflow_real", "evolif", "structflow", "flexbench")),
@@ -179,12 +181,32 @@ def judge_audit(args: list[str], compose_judge: Callable[[list[str]], dict[str, 
             suites = [s for s in suites if s not in skipped]
     if judge_cfg["llm"]["base_url"] is None:
         print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
+    client = make_client(judge_cfg["llm"], "judge", "judge.llm")
+    threshold = judge_cfg.get("threshold")
+    if "calibrate" in options:  # the P(yes) threshold from the dev split, then the audit with it
+        if options["calibrate"] != "dev" or judge_cfg["mode"] != "probability":
+            raise ConfigError(
+                "judge-audit: calibrate=dev calibrates probability mode's threshold on the real suite's dev split: "
+                f"pass judge.mode=probability calibrate=dev (got judge.mode={judge_cfg['mode']}, "
+                f"calibrate={options['calibrate']})"
+            )
+        if options["split"] == "dev":
+            raise ConfigError("judge-audit: calibrate=dev with split=dev reports on what it fitted: use split=test")
+        fitted = calibrate_on_real(client, split="dev", progress=True)
+        threshold = fitted["threshold"]
+        print(
+            f"P(yes) threshold {threshold} calibrated on the real suite's dev split ({fitted['items']} items, "
+            f"kappa {fitted['kappa']}, {fitted['no_logprobs']} without log-probabilities): "
+            f"pass judge.threshold={threshold} to use it",
+            file=sys.stderr,
+        )
     report = audit(
-        make_client(judge_cfg["llm"], "judge", "judge.llm"),
+        client,
         suites=suites,
         modes=modes,
         short=options["set"] == "short",
         split=options["split"],
+        judge_options={"threshold": threshold} if threshold is not None else None,
     )
     out = Path(options.get("out") or "judge_audit.json").expanduser()
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -94,6 +94,7 @@ KEYS_ADDED_LATER = {
     "policy.graphif.rewrite_format": "json",
     "policy.self_refine": {"rounds": 1},
     "env.judge_golden": False,
+    "judge.threshold": None,  # probability mode's P(yes) threshold (issue 25)
 }
 
 

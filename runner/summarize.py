@@ -11,7 +11,7 @@ from ifgym.runner.judge_gate import audit_lines
 
 def ci_settings_of(resolved: dict[str, Any]) -> Any:
     """The run's bootstrap-interval settings (`ci`, `ci_resamples`, `ci_level`, seeded with `seed`); None when off."""
-    from ifgym.runner.stats import CISettings
+    from ifgym.core.stats import CISettings
 
     if not resolved["ci"]:
         return None
@@ -28,7 +28,7 @@ def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) 
 
     Resamples the episodes' rows in the run's tally (`report.RunTally`) with the task's `summarize_rows`.
     """
-    from ifgym.runner.stats import intervals, metric_names
+    from ifgym.core.stats import intervals, metric_names
 
     task = env.task
     ci = {

@@ -366,10 +366,10 @@ def view_command(args: list[str]) -> int:
 
 def agreement_command(args: list[str]) -> int:
     """`ifgym agreement RUN [resamples=1000 level=0.95 seed=0]`: the judge against the run's human labels."""
+    from ifgym.core.stats import CISettings
     from ifgym.runner.agreement import agreement, agreement_lines
     from ifgym.runner.report import write_summary
     from ifgym.runner.rollout import stored_episodes
-    from ifgym.runner.stats import CISettings
     from ifgym.runner.tracking import log_agreement
 
     positional = [a for a in args if "=" not in a]

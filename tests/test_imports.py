@@ -11,7 +11,7 @@ every room uses, with the one `ChatClient` protocol) are neutral (they use no ro
 nothing of `simulators/` (scoring does not depend on the user simulator); `policies/` nothing of
 `simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
 and `rewards/` nothing of `envs/` or `policies/`; `envs/` (the envs only) nothing of `runner/` (the run
-machinery plays envs, never the reverse), nor do `core/`, `llm/`, `simulators/` and `policies/`. The
+machinery plays envs, never the reverse), nor do `core/`, `llm/`, `simulators/`, `rewards/` and `policies/`. The
 rules hold for everything a room reaches, not only its own import lines. No room imports the root
 package `ifgym` (upward), and nothing imports `ifgym.cli` (the command line parses and dispatches to
 `ifgym.runner`; only the console script in pyproject.toml and `python -m ifgym.cli` enter it).
@@ -38,7 +38,7 @@ RULES = {
     "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
     "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
     "ifgym.llm": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
-    "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies"),
+    "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies", "ifgym.runner"),
     "ifgym.simulators": ("ifgym.envs", "ifgym.policies", "ifgym.runner"),
     "ifgym.policies": ("ifgym.simulators", "ifgym.rewards", "ifgym.envs", "ifgym.runner"),
     "ifgym.envs": ("ifgym.runner",),

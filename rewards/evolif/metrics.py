@@ -418,7 +418,7 @@ def summary_ratios(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
     """The headline metrics and pass rates of `summarize_rows`, each as sum(numerators) / sum(denominators) over rows.
 
     Per metric, each row's numerator and denominator (1 for an average over dialogues), so that a
-    bootstrap draw's value is a weighted sum (`ifgym.runner.stats.intervals`); a zero denominator is NaN,
+    bootstrap draw's value is a weighted sum (`ifgym.core.stats.intervals`); a zero denominator is NaN,
     as in `summarize_rows`. Arrays, not lists of floats: a run's intervals keep these for every
     dialogue. `loose` is the rows' business and is ignored here.
     """

@@ -46,7 +46,7 @@ class EvolIFScorer(RulesThenJudge):
                 strict[i] = loose[i] = check(c, reply, semantics="evolif")
             else:
                 strict[i] = check(c, reply)
-                loose[i] = strict[i] if strict[i].label == "yes" else check(c, reply, loose=True)
+                loose[i] = strict[i] if strict[i].label == "yes" else check(c, reply, loose=True, as_is=strict[i])
         return strict, loose, asked
 
     def _merge(self, spec: TurnSpec, strict: dict[int, Verdict], loose: dict[int, Verdict]) -> Scores:

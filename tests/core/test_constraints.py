@@ -630,3 +630,17 @@ def test_params_are_read_only_and_still_pickle():
         nested.params["counts"]["apple"] = 9
     assert pickle.loads(pickle.dumps(nested)) == nested
     assert hash(pickle.loads(pickle.dumps(c))) == hash(c)
+
+
+def test_from_json_reuses_a_built_constraint_but_never_across_json_types():
+    data = {"id": "bullets.count", "params": {"n": 3}}
+    first = Constraint.from_json(data)
+    assert Constraint.from_json(json.loads(json.dumps(data))) is first  # read back: built once
+    # True and 3.0 hash like 1 and 3: each is still validated on its own (and refused), every time
+    for bad in ({"n": True}, {"n": 3.0}, {"n": 3.0}):
+        with pytest.raises(ConstraintParamsError):
+            Constraint.from_json({"id": "bullets.count", "params": bad})
+    assert Constraint.from_json({"id": "bullets.count", "params": {"n": 1}}).params == {"n": 1}
+    unhashable = {"id": "forbidden.words", "params": {"words": ["apple"], "extra": {1, 2}}}
+    with pytest.raises(ConstraintParamsError):  # not JSON (a set): validated without the cache, refused
+        Constraint.from_json(unhashable)

@@ -7,16 +7,20 @@ that does not support them), so every P(yes) and verdict below is worked out by 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 
 import pytest
+from support.canned_judges import REAL as REAL_VERDICTS
+from support.canned_judges import REPLY_RE
 from support.canned_server import CannedServer
 
+from ifgym.cli import main
 from ifgym.core import ChecklistItem
 from ifgym.errors import ConfigError
 from ifgym.llm import Completion, make_client
 from ifgym.llm.cache import CallCache
-from ifgym.rewards.audit import audit, calibrate_threshold
+from ifgym.rewards.audit import audit, calibrate_on_real, calibrate_threshold
 from ifgym.rewards.structflow import ChecklistJudge
 
 ITEMS = [
@@ -134,3 +138,53 @@ def test_the_audit_records_probability_mode_and_its_threshold():
     # every judged item is a call of its own; the rule-decided ones make none
     assert real["calls"] == real["items"] - real["rule_items"]
     assert not report["passed"]["structflow_real"]  # P(yes) 0.6 everywhere: an always-yes judge
+
+
+def reference_logprobs(body):
+    """P(yes) 0.9 where StructFlowBench's GPT-4o said Yes to a real suite's item, 0.6 where it said No (leaning yes)."""
+    content = body["messages"][-1]["content"]
+    reply = REPLY_RE.search(content).group(1)
+    question = content.rsplit("<item>", 1)[1].split("</item>", 1)[0]
+    p = 0.9 if REAL_VERDICTS[reply][question] == "yes" else 0.6
+    return [("Yes", LN(p)), ("No", LN(1 - p))]
+
+
+def test_calibration_on_the_dev_split_finds_the_threshold_between_the_two_probabilities():
+    with CannedServer(["No"], logprobs=reference_logprobs) as server:
+        client = make_client({"base_url": server.base_url, "model": server.model}, "judge")
+        fitted = calibrate_on_real(client, split="dev")
+        asked = len(server.requests)
+    # 0.75 = (0.6 + 0.9) / 2 separates the reference's yes and no exactly (0.5 says yes to all); one call per
+    # item no rule decides
+    assert (fitted["threshold"], fitted["kappa"], fitted["accuracy"]) == (0.75, 1.0, 1.0)
+    assert fitted["split"] == "dev" and fitted["no_logprobs"] == 0 and fitted["items"] == asked > 100
+
+
+def test_judge_audit_calibrates_on_dev_and_audits_test_with_that_threshold(tmp_path, capsys):
+    out = tmp_path / "audit.json"
+    with CannedServer(["No"], logprobs=reference_logprobs) as server:
+        args = [f"judge.llm.base_url={server.base_url}", f"judge.llm.model={server.model}", "judge.mode=probability"]
+        code = main(["judge-audit", *args, "suites=structflow_real", "calibrate=dev", f"out={out}"])
+    assert code == 0
+    assert "P(yes) threshold 0.75 calibrated on the real suite's dev split" in capsys.readouterr().err
+    real = json.loads(out.read_text())["suites"]["structflow_real"]
+    assert real["threshold"] == 0.75 and real["split"] == "short"
+    # the 73 items the judge answered agree with the reference; the rules differ from it on 4 of their 15
+    assert (real["items"], real["rule_items"], real["calls"]) == (88, 15, 73)
+    assert round((1 - real["accuracy"]) * real["items"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["eval", "env=structflow", "judge=llm", "judge.threshold=0.6"], "is read in probability mode only"),
+        (["judge-audit", "suites=structflow_real", "calibrate=dev"], "pass judge.mode=probability calibrate=dev"),
+        (
+            ["judge-audit", "judge.mode=probability", "suites=structflow_real", "calibrate=dev", "split=dev"],
+            "reports on what it fitted: use split=test",
+        ),
+    ],
+)
+def test_a_threshold_without_probability_mode_is_refused_with_the_fix(args, says, capsys):
+    assert main(args) == 2
+    assert says in capsys.readouterr().err

@@ -11,10 +11,10 @@ from support.wandb_reader import inspect
 
 from ifgym.cli import main
 from ifgym.core import Constraint, Episode, TurnRecord, TurnSpec, Verdict
+from ifgym.core.stats import CISettings
 from ifgym.errors import DataFormatError
 from ifgym.runner.agreement import LABELS_FILE, agreement, append_label, read_labels, sample_items, turn_items
 from ifgym.runner.rollout import read_episodes
-from ifgym.runner.stats import CISettings
 
 EMOTION = Constraint("emotion.tone", {"emotion": "happy"})
 STYLE = Constraint("style.register", {"style": "formal"})

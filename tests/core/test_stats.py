@@ -9,9 +9,9 @@ import pytest
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
+from ifgym.core.stats import CISettings, cohen_kappa, compare, intervals, metric_names
 from ifgym.errors import ConfigError
 from ifgym.rewards.evolif.metrics import HEADLINE, summarize
-from ifgym.runner.stats import CISettings, cohen_kappa, compare, intervals, metric_names
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})
 
@@ -143,7 +143,7 @@ def mixed_rows(n: int) -> list:
 
 def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
     # the same draws scored two ways: EvolIF's ratios of sums over a chunk of draws, and summarize_rows per draw
-    import ifgym.runner.stats
+    import ifgym.core.stats
     from ifgym.rewards.evolif.metrics import summarize_rows, summary_ratios
 
     rows = mixed_rows(37)
@@ -152,7 +152,7 @@ def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
     settings = CISettings(300, 0.9, seed=3)
     per_draw = intervals(rows, summarize_rows, metrics, settings=settings)
     bulk = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)
-    monkeypatch.setattr(ifgym.runner.stats, "CHUNK_CELLS", 50)  # one draw of 37 dialogues per chunk: same numbers
+    monkeypatch.setattr(ifgym.core.stats, "CHUNK_CELLS", 50)  # one draw of 37 dialogues per chunk: same numbers
     small_chunks = intervals(rows, summarize_rows, metrics, settings=settings, ratios=summary_ratios)
     assert bulk == small_chunks
     for m in metrics:
