@@ -1,7 +1,8 @@
 """ifgym: multi-turn instruction following as Gymnasium environments.
 
-Importing ifgym registers its env ids with gymnasium (string entry points, so nothing heavy is
-imported until `gym.make`). Submodules load on first attribute access, so after `import ifgym`
+Importing ifgym registers its env ids with gymnasium and its tasks' descriptors with
+`ifgym.core.tasks` (string entry points, so nothing heavy is imported until `gym.make` or a
+task is first asked for). Submodules load on first attribute access, so after `import ifgym`
 `help(ifgym.envs.evolif.EvolIFEnv)` works without importing anything else up front.
 """
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from gymnasium.envs.registration import register, registry
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict
+from ifgym.core import tasks as _tasks
 from ifgym.lazy import lazy_submodules
 from ifgym.version import __version__ as __version__  # written once, in a module rooms may import
 
@@ -63,3 +65,16 @@ ENV_IDS = tuple(_ENVS)
 for _id, _spec in _ENVS.items():
     if _id not in registry:
         register(id=_id, disable_env_checker=False, **_spec)
+
+# Every task's descriptor (ifgym.core.tasks.Task: what is task-specific), by name, in one place;
+# a descriptor is imported when first asked for (`ifgym.core.tasks.task(name)`, `task_of(episode)`).
+_TASKS = {
+    "evolif": "ifgym.rewards.tasks:EVOLIF",
+    "structflow": "ifgym.rewards.tasks:STRUCTFLOW",
+    "flexbench": "ifgym.rewards.tasks:FLEXBENCH",
+    "composite": "ifgym.rewards.tasks:COMPOSITE",
+    "ntm": "ifgym.rewards.tasks:NTM",
+}
+for _name, _entry_point in _TASKS.items():
+    if _name not in _tasks.task_names():
+        _tasks.register(_entry_point, _name)

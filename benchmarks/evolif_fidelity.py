@@ -34,7 +34,7 @@ import gymnasium as gym
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.core import Episode
 from ifgym.llm import LLMConfig
-from ifgym.rewards.evolif_metrics import HEADLINE
+from ifgym.rewards.evolif.metrics import HEADLINE
 
 MODES = ("change", "all")
 KINDS = ("new topic", "same topic", "return", "all turns")

@@ -69,7 +69,7 @@ REPLY = (
     "That covers the request; tell me if you want more depth on any part."
 )
 
-# The template user's openers (simulators/render.py): what a light model would read in the message.
+# The template user's openers (simulators/evolif/render.py): what a light model would read in the message.
 _NEW = re.compile(
     r"switch to something new|Different topic now|Moving on to another subject|New request, unrelated|fresh topic"
 )

@@ -221,8 +221,8 @@ n, out = int(sys.argv[1]), sys.argv[2]
 make_env = lambda: gym.make("ifgym/EvolIF-v1", max_turns=10, patience=None)
 result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(n), output=out, progress=False, concurrency=8)
 env = make_env().unwrapped
-tally = RunTally.of(result.episodes, env, loose=True)
-summary = {"strict": env.summarize_rows(tally.strict), "loose": env.summarize_rows(tally.loose, loose=True)}
+tally = RunTally.of(result.episodes, env.task, loose=True)
+summary = {"strict": env.task.summarize_rows(tally.strict), "loose": env.task.summarize_rows(tally.loose, loose=True)}
 summary["usage"] = usage_totals(out, "run")
 summary.update(run_intervals(tally, summary, env, CISettings()))
 charts = chart_data(tally, summary)

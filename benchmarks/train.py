@@ -100,6 +100,7 @@ def compare_report(turn: Path, episode: Path, seed: int = 0) -> str:
 
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.core.stats import CISettings, compare
+    from ifgym.core.tasks import task_of
     from ifgym.integrations.trl import turn_summary
     from ifgym.runner.rollout import read_episodes
 
@@ -110,7 +111,7 @@ def compare_report(turn: Path, episode: Path, seed: int = 0) -> str:
     env_id = runs["turn"][0].env_id
     env_cls = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
     summarize = turn_summary(env_cls.summarize)
-    metrics = ["mean_turn_reward", *env_cls.headline_metrics]
+    metrics = ["mean_turn_reward", *task_of(runs["turn"][0]).headline]
     rows = compare(runs["turn"], runs["episode"], summarize, metrics, settings=CISettings(1000, 0.95, seed))
     lines = [f"held-out ({len(runs['turn'])} dialogues of {env_id}, paired by seed): turn-trained vs episode-trained"]
     lines.append(f"  {'metric':<18} {'turn':>8} {'episode':>8} {'episode - turn [95% CI]':>30} {'p':>6}")

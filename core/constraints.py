@@ -4,7 +4,7 @@ A `Constraint` is an id plus params, frozen and JSON-round-trippable. Its behavi
 a `ConstraintType` registered under that id (`length.words`, `format.json`, …), grouped into
 the twelve EvolIF groups; at most one constraint per group is live at a time. Rule types
 implement `check`; judged types (emotion, style, reader age) are scored by
-`ifgym.rewards.evolif_judge.EvolIFJudge`.
+`ifgym.rewards.evolif.judge.EvolIFJudge`.
 
 This module holds the machinery (registry, groups, keyword matching, the conflicts table, and
 `unstated`: what a user's text leaves out of a constraint, by its type's `cues`); the
@@ -116,7 +116,7 @@ class ConstraintType:
     @classmethod
     def check(cls, reply: str, params: Mapping[str, Any]) -> Verdict:
         """Rule verdict for `reply` (strict). Judged types keep this default and raise."""
-        raise JudgeRequiredError(f"{cls.id} is judged by an LLM; score it with ifgym.rewards.evolif_judge.EvolIFJudge")
+        raise JudgeRequiredError(f"{cls.id} is judged by an LLM; score it with ifgym.rewards.evolif.judge.EvolIFJudge")
 
 
 REGISTRY: dict[str, type[ConstraintType]] = {}

@@ -155,7 +155,7 @@ def intervals(
     """Bootstrap interval of each metric of `summarize(episodes, loose=loose)`, resampling dialogues.
 
     `episodes` are the dialogues: Episodes with the env's `summarize`, or (as `ifgym eval` does,
-    keeping no episode in memory) their `env.episode_row`s with the env's `summarize_rows`.
+    keeping no episode in memory) their task's `episode_row`s with its `summarize_rows` (`env.task`).
     `ratios` (an env's `summary_ratios`) gives, for the metrics that are ratios of sums over
     dialogues, each dialogue's numerator and denominator: those metrics are computed for a chunk
     of draws at once (`_ratio_draws`, the same draws and values, up to float rounding), the rest by

@@ -15,7 +15,7 @@ construction and names the edge and turn at fault:
   least two targets; the others link one turn to one turn;
 - every turn after the first has exactly one incoming edge (its relation), the first has none.
 
-Structure templates are flows with an id and a description (`ifgym.simulators.flows` loads them).
+Structure templates are flows with an id and a description (`ifgym.simulators.structflow.flows` loads them).
 Each structural relation adds one checklist item per target turn (`Flow.structural_items`), weighted
 2 as in the benchmark's WCSR; unrelatedness adds none.
 

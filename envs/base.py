@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
+from ifgym.core.tasks import Task
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
-from ifgym.rewards.evolif_metrics import ALIASES as METRICS_ALIASES
-from ifgym.rewards.evolif_metrics import DEFINITIONS as METRICS_DEFINITIONS
-from ifgym.rewards.evolif_metrics import HEADLINE as METRICS_HEADLINE
-from ifgym.rewards.evolif_metrics import HEADLINE_METRIC
-from ifgym.rewards.evolif_metrics import episode_row as evolif_episode_row
-from ifgym.rewards.evolif_metrics import summarize as evolif_summarize
-from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
 from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -35,15 +30,13 @@ class ChatEnv(gym.Env[list, str]):
     A step scores the reply, grades it with the rubric, asks the rubric whether the dialogue ends
     and otherwise lets the user speak. `user_sees_verdicts=False` passes the user no verdicts and
     scores the reply after the user has answered, so the rubric can score only the turns it needs
-    (the last one, when `judges` says so).
+    (the last one, when `judges` says so). `task` (`ifgym.core.tasks.Task`, no default) says what is
+    task-specific: the metrics a run reports, the judge audit's suite, the training rewards and
+    exports; it is `env.task`.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
     env_name = "ifgym/Chat"
-    headline_metrics: tuple[str, ...] = METRICS_HEADLINE  # keys of `summarize` that get bootstrap intervals
-    headline_metric: str = HEADLINE_METRIC  # the one a run is read by first (marked in tables, first in sweeps)
-    metric_definitions: dict[str, str] = METRICS_DEFINITIONS  # one line per metric, under the results table
-    metric_aliases: dict[str, str] = METRICS_ALIASES  # earlier name -> name: in `summarize`, not in the table
     user_sees_verdicts = True
 
     def __init_subclass__(cls, **kwargs: Any):
@@ -69,6 +62,7 @@ class ChatEnv(gym.Env[list, str]):
     def __init__(
         self,
         *,
+        task: Task,
         user: UserSimulator,
         scorer: TurnScorer,
         rubric: Rubric | None = None,
@@ -82,6 +76,9 @@ class ChatEnv(gym.Env[list, str]):
             raise ConfigError(f"max_turns must be a positive int or None, got {max_turns!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ConfigError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        if not isinstance(task, Task):
+            raise ConfigError(f"task must be an ifgym.core.tasks.Task (e.g. ifgym.rewards.tasks.EVOLIF), got {task!r}")
+        self.task = task
         self.rubric = rubric if rubric is not None else VerdictRubric()
         self.user = user
         self.scorer = scorer
@@ -293,11 +290,15 @@ class ChatEnv(gym.Env[list, str]):
         """What a run of this env measures: its settings, and `deviations` from the paper's protocol (envs override)."""
         return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}
 
-    summarize = staticmethod(evolif_summarize)  # this env's headline metrics over finished episodes (envs override)
-    # the same split in two, so a run keeps numbers, never its episodes: one episode reduced to a row,
-    # and `summarize` of the episodes from their rows
-    episode_row = staticmethod(evolif_episode_row)
-    summarize_rows = staticmethod(evolif_summarize_rows)
+    def write_report(
+        self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
+    ) -> dict[str, Path]:
+        """Files of the env's own beside a run's summary (FlexBench: the per-dimension table); none by default.
+
+        `ifgym eval` calls this after a run with the run's folder (and the run's title as `subtitle`);
+        returns name -> path.
+        """
+        return {}
 
     # --- rendering -----------------------------------------------------------------------------
     def render(self) -> str | None:

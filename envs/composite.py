@@ -12,12 +12,9 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
-from ifgym.rewards.composite import DEFINITIONS, HEADLINE, HEADLINE_METRIC
-from ifgym.rewards.composite import episode_row as composite_episode_row
-from ifgym.rewards.composite import summarize as composite_summarize
-from ifgym.rewards.composite import summarize_rows as composite_summarize_rows
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.tasks import COMPOSITE
 
 RENDERERS = ("template", "llm")
 JUDGES = ("rules", "llm")
@@ -106,10 +103,7 @@ class CompositeEnv(ChatEnv):
     """
 
     env_name = "ifgym/Composite-v0"
-    judge_suite = "structflow"  # the judge audit's suite for the checklist judge
-    headline_metrics = HEADLINE
-    headline_metric = HEADLINE_METRIC
-    metric_definitions = DEFINITIONS
+    summarize = staticmethod(COMPOSITE.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,
@@ -144,7 +138,7 @@ class CompositeEnv(ChatEnv):
         env_name: str | None = None,
     ):
         from ifgym.rewards.composite import CompositeScorer
-        from ifgym.rewards.evolif_scorer import EvolIFScorer
+        from ifgym.rewards.evolif.scorer import EvolIFScorer
         from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
         from ifgym.simulators.composite import CompositeUser
 
@@ -212,6 +206,7 @@ class CompositeEnv(ChatEnv):
             "min_turns": min_turns,
         }
         super().__init__(
+            task=COMPOSITE,
             user=user,
             scorer=scorer,
             rubric=rubric,
@@ -262,11 +257,6 @@ class CompositeEnv(ChatEnv):
             checklist=[{"id": i.id, "type": i.type, "kind": i.kind} for i in self._turn.spec.checklist],
         )
         return info
-
-    # --- metrics -------------------------------------------------------------------------------------
-    summarize = staticmethod(composite_summarize)  # EvolIF's metrics, StructFlow's, and the cross tables
-    episode_row = staticmethod(composite_episode_row)
-    summarize_rows = staticmethod(composite_summarize_rows)
 
     def _render_turn(self, t: TurnRecord) -> list[str]:
         """One turn: its relation, the request, the reply, every checklist item's verdict."""

@@ -17,9 +17,9 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
-from ifgym.rewards.evolif_metrics import summary_ratios as evolif_summary_ratios
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.rubric import VerdictRubric
+from ifgym.rewards.tasks import EVOLIF
 
 RENDERERS = ("template", "llm")
 JUDGES = ("rules", "llm")
@@ -166,9 +166,7 @@ class EvolIFEnv(ChatEnv):
     """
 
     env_name = "ifgym/EvolIF-v1"
-    judge_suite = "evolif"  # the judge audit's suite for this env's LLM judge
-    # its headline metrics and pass rates as ratios of sums over dialogues: bootstrap draws in bulk (ifgym.core.stats)
-    summary_ratios = staticmethod(evolif_summary_ratios)
+    summarize = staticmethod(EVOLIF.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,
@@ -195,7 +193,7 @@ class EvolIFEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        from ifgym.rewards.evolif_judge import MODES, EvolIFJudge
+        from ifgym.rewards.evolif.judge import MODES, EvolIFJudge
         from ifgym.simulators import EvolIFUser, ReplayUser, TrackerConfig
 
         UnknownNameError.check(
@@ -292,6 +290,7 @@ class EvolIFEnv(ChatEnv):
         judge_obj = EvolIFJudge(judge_client, mode=judge_mode) if judge_client is not None else None
         scorer = EvolIFScorer(judge_obj, semantics=checker_semantics)
         super().__init__(
+            task=EVOLIF,
             user=user,
             scorer=scorer,
             rubric=rubric,

@@ -18,9 +18,6 @@ from ifgym.rewards.flexbench import (
     DIMENSION_MODES,
     DIMENSIONS_SUFFIX,
     METRICS,
-    PAPER_DEFINITIONS,
-    PAPER_HEADLINE,
-    PAPER_HEADLINE_METRIC,
     PAPER_TEMPERATURE,
     PAPER_TEMPERATURE_STEP,
     PIPELINES,
@@ -34,12 +31,7 @@ from ifgym.rewards.flexbench import (
     load_dimensions,
     write_report,
 )
-from ifgym.rewards.flexbench import DEFINITIONS as FLEX_DEFINITIONS
-from ifgym.rewards.flexbench import HEADLINE as FLEX_HEADLINE
-from ifgym.rewards.flexbench import HEADLINE_METRIC as FLEX_HEADLINE_METRIC
-from ifgym.rewards.flexbench import episode_row as flex_episode_row
-from ifgym.rewards.flexbench import summarize as flex_summarize
-from ifgym.rewards.flexbench import summarize_rows as flex_summarize_rows
+from ifgym.rewards.tasks import FLEXBENCH, FLEXBENCH_PAPER
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
 
 USERS = ("scripted", "llm")
@@ -144,7 +136,7 @@ class FlexBenchEnv(ChatEnv):
     """
 
     env_name = "ifgym/FlexBench-v0"
-    judge_suite = "flexbench"  # the judge audit's suite for this env's LLM judge
+    summarize = staticmethod(FLEXBENCH.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,
@@ -200,10 +192,6 @@ class FlexBenchEnv(ChatEnv):
         if env_name:
             self.env_name = env_name
         self.pipeline, self.metrics = pipeline, metrics
-        if metrics == "paper":  # the run's results table leads with the paper's equations (6) and (7)
-            self.headline_metrics = PAPER_HEADLINE
-            self.headline_metric = PAPER_HEADLINE_METRIC
-            self.metric_definitions = PAPER_DEFINITIONS
         self.sop = load_sop(sop)
         if user == "scripted":
             simulator = ScriptedUser(self.sop, persona, cooperativeness=cooperativeness, patience=patience)
@@ -242,6 +230,7 @@ class FlexBenchEnv(ChatEnv):
             closes=assistant_closed,
         )
         super().__init__(
+            task=FLEXBENCH_PAPER if metrics == "paper" else FLEXBENCH,  # the paper's table leads with its (6), (7)
             user=simulator,
             scorer=FlexBenchScorer(self.dimensions, dimension_judge, self.sop.opening_line),
             rubric=rubric,  # the caller's own patience ends the call (see the user simulator)
@@ -368,16 +357,7 @@ class FlexBenchEnv(ChatEnv):
         """The caller's turn spec with the dimensions as its checklist: what every judged turn is scored against."""
         return dataclasses.replace(spec, checklist=self.dimensions.checklist())
 
-    # --- metrics and rendering ------------------------------------------------------------------
-    loose_metrics = False  # dimension verdicts have no loose variant: `ifgym eval` prints strict only
-    headline_metrics = FLEX_HEADLINE
-    headline_metric = FLEX_HEADLINE_METRIC
-    metric_definitions = FLEX_DEFINITIONS
-
-    summarize = staticmethod(flex_summarize)  # Coverage, Achievement, Compliance (n/a = NaN), score, per dimension
-    episode_row = staticmethod(flex_episode_row)
-    summarize_rows = staticmethod(flex_summarize_rows)
-
+    # --- report and rendering ------------------------------------------------------------------
     def write_report(
         self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
     ) -> dict[str, Path]:

@@ -9,13 +9,8 @@ from ifgym.core import TurnRecord
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
-from ifgym.rewards.ntm import DEFINITIONS as NTM_DEFINITIONS
-from ifgym.rewards.ntm import HEADLINE as NTM_HEADLINE
-from ifgym.rewards.ntm import HEADLINE_METRIC as NTM_HEADLINE_METRIC
-from ifgym.rewards.ntm import episode_row as ntm_episode_row
-from ifgym.rewards.ntm import summarize as ntm_summarize
-from ifgym.rewards.ntm import summarize_rows as ntm_summarize_rows
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.tasks import NTM
 
 JUDGES = ("rules", "llm")
 
@@ -79,7 +74,7 @@ class NTMEnv(ChatEnv):
     """
 
     env_name = "ifgym/NTM-v0"
-    judge_suite = "structflow"  # the judge audit's suite: the same checklist judge as StructFlow's
+    summarize = staticmethod(NTM.summarize)  # the task's metrics (`env.task`), on the class too
     user_sees_verdicts = False  # the user replays its turns whatever the replies; only the last turn is judged
 
     def __init__(
@@ -134,6 +129,7 @@ class NTMEnv(ChatEnv):
             else None
         )
         super().__init__(
+            task=NTM,
             user=NTMUser(dialogues),
             scorer=NTMScorer(judge_obj),
             rubric=NTMRubric(),
@@ -161,15 +157,6 @@ class NTMEnv(ChatEnv):
         if meta.get("final"):
             info["checkpoints"] = [{"id": i.id, "question": i.question} for i in self._turn.spec.checklist]
         return info
-
-    # --- metrics ---------------------------------------------------------------------------------
-    headline_metrics = NTM_HEADLINE
-    headline_metric = NTM_HEADLINE_METRIC
-    metric_definitions = NTM_DEFINITIONS
-
-    summarize = staticmethod(ntm_summarize)  # TCR (mean, pooled, per bucket), unknown share, ACT per bucket
-    episode_row = staticmethod(ntm_episode_row)
-    summarize_rows = staticmethod(ntm_summarize_rows)
 
     def protocol(self) -> dict[str, Any]:
         """The env's settings and `deviations`: each way a run differs from the Context-Agent paper's NTM protocol."""

@@ -12,13 +12,7 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
-from ifgym.rewards.structflow import DEFINITIONS as STRUCTFLOW_DEFINITIONS
-from ifgym.rewards.structflow import HEADLINE as STRUCTFLOW_HEADLINE
-from ifgym.rewards.structflow import HEADLINE_METRIC as STRUCTFLOW_HEADLINE_METRIC
-from ifgym.rewards.structflow import episode_row as structflow_episode_row
-from ifgym.rewards.structflow import summarize as structflow_summarize
-from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
-from ifgym.rewards.structflow import summary_ratios as structflow_summary_ratios
+from ifgym.rewards.tasks import STRUCTFLOW
 
 CONTEXTS = ("golden", "own")
 GRAPHIF_JUDGE_RETRIES = 4  # GraphIF's evaluator asks the judge up to 5 times while the verdict count is off
@@ -141,7 +135,7 @@ class StructFlowEnv(ChatEnv):
     """
 
     env_name = "ifgym/StructFlow-v0"
-    judge_suite = "structflow"  # the judge audit's suite for this env's LLM judge
+    summarize = staticmethod(STRUCTFLOW.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,
@@ -258,6 +252,7 @@ class StructFlowEnv(ChatEnv):
             else None
         )
         super().__init__(
+            task=STRUCTFLOW,
             user=user,
             scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items, judge_golden=judge_golden),
             rubric=rubric,
@@ -365,16 +360,6 @@ class StructFlowEnv(ChatEnv):
             ],
         )
         return info
-
-    # --- metrics -------------------------------------------------------------------------------------
-    headline_metrics = STRUCTFLOW_HEADLINE
-    headline_metric = STRUCTFLOW_HEADLINE_METRIC
-    metric_definitions = STRUCTFLOW_DEFINITIONS
-
-    summarize = staticmethod(structflow_summarize)  # CSR, ISR, WCSR, DRFR and breakdowns
-    episode_row = staticmethod(structflow_episode_row)
-    summarize_rows = staticmethod(structflow_summarize_rows)
-    summary_ratios = staticmethod(structflow_summary_ratios)  # the intervals' fast path (ifgym.core.stats)
 
     # --- rendering -------------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:

@@ -208,6 +208,7 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     import gymnasium as gym
 
     from ifgym.core.stats import CISettings, compare, intervals
+    from ifgym.core.tasks import task_of
     from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
 
     run_dir = Path(run_dir)
@@ -312,7 +313,8 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
             device=trainer_cfg["device"],
         )
         summarize = turn_summary(env_cls.summarize)
-        metrics = ["mean_turn_reward", *[m for m in env_cls.headline_metrics if m in after[1]["strict"]]]
+        headline = task_of(after[0][0]).headline  # the task the held-out episodes were played in
+        metrics = ["mean_turn_reward", *[m for m in headline if m in after[1]["strict"]]]
         settings = CISettings(1000, 0.95, cfg["seed"])
         held_out = {"seeds": [held["seed"], held["seed"] + held["episodes"] - 1], "max_turns": held["max_turns"]}
         for name, held_run in (("before", before), ("after", after)):

@@ -154,8 +154,8 @@ def _record(trace: Any, episode: Episode, env: Any, cfg: IfgymTasksetConfig) -> 
     trace.record_metric("turns", float(len(rewards)))
     trace.record_metric("return", float(sum(rewards)))
     trace.record_metric("survived", float(survived(episode)))
-    for name, value in env.summarize([episode]).items():
-        if name in env.headline_metrics and isinstance(value, int | float) and math.isfinite(value):
+    for name, value in env.task.summarize([episode]).items():
+        if name in env.task.headline and isinstance(value, int | float) and math.isfinite(value):
             trace.record_metric(f"ifgym/{name}", float(value))
     value = EpisodeReturn(cfg.discount, cfg.survival_bonus, cfg.per_turn).score(episode)
     trace.record_reward("ifgym_return", value, 1.0)

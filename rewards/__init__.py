@@ -13,10 +13,10 @@ StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.stru
 
 from ifgym.lazy import lazy_submodules
 from ifgym.rewards.checks import SEMANTICS, check
-from ifgym.rewards.evolif_compat import evolif_check
-from ifgym.rewards.evolif_judge import EvolIFJudge
-from ifgym.rewards.evolif_metrics import group_pass_rates, summarize, survival_curve
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.compat import evolif_check
+from ifgym.rewards.evolif.judge import EvolIFJudge
+from ifgym.rewards.evolif.metrics import group_pass_rates, summarize, survival_curve
+from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
 from ifgym.rewards.ntm import NTMRubric, NTMScorer
 from ifgym.rewards.rubric import Patience, turn_outcome

@@ -108,7 +108,8 @@ LABELS = ("yes", "no", "unknown")
 
 
 def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    from ifgym.rewards import evolif_judge, flexbench, structflow
+    from ifgym.rewards import flexbench, structflow
+    from ifgym.rewards.evolif import judge as evolif_judge
 
     return (
         {
@@ -510,8 +511,8 @@ def build_scorer(
     if mode not in SUITE_MODES[suite]:
         raise UnknownNameError(f"{suite} judge mode", mode, SUITE_MODES[suite])
     if suite == "evolif":
-        from ifgym.rewards.evolif_judge import EvolIFJudge
-        from ifgym.rewards.evolif_scorer import EvolIFScorer
+        from ifgym.rewards.evolif.judge import EvolIFJudge
+        from ifgym.rewards.evolif.scorer import EvolIFScorer
 
         return EvolIFScorer(EvolIFJudge(client, mode=mode))
     if suite in ("structflow", "structflow_real"):

@@ -24,13 +24,14 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.errors import DataFormatError
-from ifgym.rewards.evolif_metrics import DEFINITIONS as EVOLIF_DEFINITIONS
-from ifgym.rewards.evolif_metrics import HEADLINE as EVOLIF_HEADLINE
-from ifgym.rewards.evolif_metrics import HEADLINE_METRIC as EVOLIF_HEADLINE_METRIC
-from ifgym.rewards.evolif_metrics import EvolIFRow, rows_of
-from ifgym.rewards.evolif_metrics import episode_row as evolif_row
-from ifgym.rewards.evolif_metrics import summarize_rows as evolif_summarize_rows
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.metrics import DEFINITIONS as EVOLIF_DEFINITIONS
+from ifgym.rewards.evolif.metrics import HEADLINE as EVOLIF_HEADLINE
+from ifgym.rewards.evolif.metrics import HEADLINE_METRIC as EVOLIF_HEADLINE_METRIC
+from ifgym.rewards.evolif.metrics import EvolIFRow
+from ifgym.rewards.evolif.metrics import episode_row as evolif_row
+from ifgym.rewards.evolif.metrics import summarize_rows as evolif_summarize_rows
+from ifgym.rewards.evolif.scorer import EvolIFScorer
+from ifgym.rewards.metrics import rows_of
 from ifgym.rewards.scorer import Scores
 from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer, TurnRow
 from ifgym.rewards.structflow import episode_row as structflow_row

@@ -46,8 +46,9 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.core import Episode, TurnRecord
+from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.rewards.flexbench import episode_dimensions
+from ifgym.rewards.flexbench.report import dimensions_record, episode_dimensions
 from ifgym.rewards.trl import TurnReward, scorer_of
 
 __all__ = [
@@ -95,7 +96,8 @@ def observations(episode: Episode) -> list[list[Message]]:
     history: list[Message] = []
     if episode.system_prompt:
         history.append({"role": "system", "content": episode.system_prompt})
-    opening = episode.meta.get("flexbench", {}).get("opening_line")
+    task = task_of(episode)
+    opening = task.opening_line(episode) if task.opening_line is not None else None
     if opening:
         history.append({"role": "assistant", "content": opening})
     golden = episode.meta.get("dialogue", {}).get("context") == "golden"
@@ -110,11 +112,9 @@ def observations(episode: Episode) -> list[list[Message]]:
 
 def turn_reward(episode: Episode, turn: TurnRecord) -> float | None:
     """The turn's own reward (see the module docstring); None when it is undefined."""
-    if "flexbench" in episode.meta:
-        if "newly_satisfied" not in turn.info:
-            return None  # not judged this turn (judge_every_turn=False)
-        dims = len(episode_dimensions(episode).ids)
-        return (len(turn.info["newly_satisfied"]) - len(turn.info.get("newly_broken", ()))) / dims
+    task = task_of(episode)
+    if task.turn_reward is not None:  # FlexBench's: dimensions newly satisfied less newly broken
+        return task.turn_reward(episode, turn)
     if turn.info.get("reward_defined", True) is False:
         return None
     return float(turn.reward)
@@ -123,7 +123,7 @@ def turn_reward(episode: Episode, turn: TurnRecord) -> float | None:
 def _spec_columns(episode: Episode, turn: TurnRecord, scorer: str) -> dict[str, str]:
     spec = turn.spec
     checklist = [item.to_json() for item in spec.checklist] if scorer == "checklist" else []
-    dimensions = episode.meta["flexbench"]["dimensions"] if scorer == "flexbench" else None
+    dimensions = dimensions_record(episode) if scorer == "flexbench" else None
     return {
         "scorer": scorer,
         "constraints": json.dumps([c.to_json() for c in spec.constraints], ensure_ascii=False),

@@ -25,7 +25,7 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec, Verdict
 from ifgym.errors import DataFormatError
-from ifgym.rewards.evolif_metrics import rows_of
+from ifgym.rewards.metrics import rows_of
 from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric
 from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 

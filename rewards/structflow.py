@@ -76,8 +76,8 @@ from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
 from ifgym.llm import Conversation, aconverse, converse
 from ifgym.rewards.checks import check
-from ifgym.rewards.evolif_metrics import rows_of
 from ifgym.rewards.judge import Judge, quote_found, unanswered
+from ifgym.rewards.metrics import rows_of
 from ifgym.rewards.questions import QuestionRule, question_rule
 from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from ifgym.core import ChecklistItem, Episode, TurnSpec
 from ifgym.core.constraints import Constraint
+from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.rubric import turn_outcome
@@ -452,12 +453,11 @@ def _flex_turn(dims: DimensionSet, history: list[dict[str, str]], reply: str) ->
 
 
 def scorer_of(episode: Episode) -> str:
-    """Which scorer an episode's turns were scored by: "flexbench", "checklist" (StructFlow) or "constraints"."""
-    if "flexbench" in episode.meta:
-        return "flexbench"
-    if "dialogue" in episode.meta or any(t.spec.checklist for t in episode.turns):
-        return "checklist"
-    return "constraints"
+    """Which scorer an episode's turns were scored by: "flexbench", "checklist" (StructFlow) or "constraints".
+
+    Its task's `training_reward` says (`ifgym.core.tasks.task_of`).
+    """
+    return task_of(episode).training_reward(episode)
 
 
 class TurnReward:

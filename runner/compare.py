@@ -69,9 +69,8 @@ def _differences(a: Any, b: Any, prefix: str) -> list[tuple[str, Any, Any]]:
 
 def compare_runs(args: list[str]) -> int:
     """`ifgym compare RUN_A RUN_B [KEY=VALUE ...]`: paired differences of two runs, by seed."""
-    import gymnasium as gym
-
     from ifgym.core.stats import CISettings, compare, metric_names
+    from ifgym.core.tasks import task_of
     from ifgym.errors import ConfigError
 
     positional = [a for a in args if "=" not in a]
@@ -99,13 +98,13 @@ def compare_runs(args: list[str]) -> int:
     if len(env_ids) != 1:
         raise ConfigError(f"the runs hold episodes of different envs ({', '.join(sorted(env_ids))}): not comparable")
     env_id = env_ids.pop()
-    env_cls = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
-    modes = ("strict", "loose") if getattr(env_cls, "loose_metrics", True) else ("strict",)
+    task = task_of(ea[0])  # what the runs' task reports
+    modes = ("strict", "loose") if task.loose_metrics else ("strict",)
     result: dict[str, Any] = {"a": str(pa), "b": str(pb), "pairs": len(ea), "settings": settings.to_json()}
     lines = [f"A: {pa}\nB: {pb}\n{len(ea)} episodes paired by seed; B - A with a paired bootstrap interval"]
     for mode in modes:
-        metrics = metric_names(env_cls.summarize(ea, loose=mode == "loose"), env_cls.headline_metrics)
-        table = compare(ea, eb, env_cls.summarize, metrics, loose=mode == "loose", settings=settings)
+        metrics = metric_names(task.summarize(ea, loose=mode == "loose"), task.headline)
+        table = compare(ea, eb, task.summarize, metrics, loose=mode == "loose", settings=settings)
         result[mode] = table
         lines.append(_compare_table(mode, table, settings.level))
     print("\n\n".join(lines))
@@ -123,8 +122,8 @@ def compare_runs(args: list[str]) -> int:
         if names[0] == names[1]:  # the same policy: the folders tell them apart
             names = [f"{n} ({p.parent.name})" for n, p in zip(names, (pa, pb), strict=True)]
         summaries = {f"{label}: {name}": s for label, name, s in zip("AB", names, read, strict=True)}
-        headline = [m for m in env_cls.headline_metrics if m in result["strict"]]
-        metrics = shown_first(headline, getattr(env_cls, "headline_metric", None))[:SHOWN_METRICS]
+        headline = [m for m in task.headline if m in result["strict"]]
+        metrics = shown_first(headline, task.headline_metric)[:SHOWN_METRICS]
         title = f"{env_id}: A and B, {len(ea)} episodes"
         path = write_comparison_plot(summaries, metrics, Path(plot).expanduser(), title=title)
         print(f"plot: {path} (the paired differences B - A are in the table)")

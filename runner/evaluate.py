@@ -192,7 +192,7 @@ def _play_and_report(
                     logger = _wandb_logger(
                         resolved,
                         record.data["run_key"],
-                        first_env.summarize,
+                        first_env.task.summarize,
                         out.parent,
                         job,
                         loose=has_loose(first_env),

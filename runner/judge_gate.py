@@ -26,7 +26,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     if judge_cfg["kind"] != "llm":
         return {"kind": judge_cfg["kind"]}
     judge = getattr(env.scorer, "judge", None)
-    suite = getattr(env, "judge_suite", None)
+    suite = env.task.judge_suite
     if judge is None or suite is None:
         return {"kind": "llm", "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
     if judge_cfg["llm"]["base_url"] is None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.core import Episode
+from ifgym.core.tasks import Task
 
 COUNTS = ("episodes", "turns", "items", "failed_turns", "undetermined_turns", "unknown")  # whole numbers
 
@@ -322,14 +323,14 @@ class RunTally:
     policy_counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, episodes: Iterable[Episode], env: Any = None, *, loose: bool = False) -> RunTally:
-        """One pass over `episodes` (a run's `StoredEpisodes` reads each from its file); rows only with an `env`."""
+    def of(cls, episodes: Iterable[Episode], task: Task | None = None, *, loose: bool = False) -> RunTally:
+        """One pass over `episodes` (a run's `StoredEpisodes` reads each from its file); rows only with a `task`."""
         tally = cls()
         for episode in episodes:
-            if env is not None:
-                tally.strict.append(env.episode_row(episode))
+            if task is not None:
+                tally.strict.append(task.episode_row(episode))
                 if loose:
-                    tally.loose.append(env.episode_row(episode, loose=True))
+                    tally.loose.append(task.episode_row(episode, loose=True))
             tally.lengths.append(len(episode.turns))
             tally.patience = tally.patience or any(t.patience is not None for t in episode.turns)
             _add(tally.user_stats, episode.meta.get("user_stats", {}))
@@ -388,7 +389,7 @@ def chart_data(tally: RunTally, summary: dict[str, Any]) -> dict[str, Any]:
     summary's `pass_rate/<group>` (strict, and loose when the env has it); `group_intervals`: their
     bootstrap intervals when the summary has them.
     """
-    from ifgym.rewards.evolif_metrics import survival_of_lengths
+    from ifgym.rewards.metrics import survival_of_lengths
 
     out: dict[str, Any] = {"survival": None, "survival_note": None}
     if tally.patience:

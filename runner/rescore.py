@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ifgym.core import Episode, UserTurn, Verdict
+from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
@@ -81,12 +82,7 @@ class TranscriptUser(UserSimulator):
     def __init__(self, episode: Episode):
         self.episode = episode
         self.at = 0
-        meta = episode.meta
-        self._meta = {
-            **dict(meta.get("dialogue") or {}),
-            **dict(meta.get("flexbench") or {}),
-            **{k: meta[k] for k in ("persona", "structure") if k in meta},
-        }
+        self.task = task_of(episode)
 
     def _turn(self, index: int) -> UserTurn:
         turn = self.episode.turns[index]
@@ -118,10 +114,8 @@ class TranscriptUser(UserSimulator):
         return self.episode.system_prompt
 
     def episode_meta(self) -> dict[str, Any]:
-        """What the recorded user contributed (a FlexBench caller: with its patience after the turn answered)."""
-        if "flexbench" not in self.episode.meta:  # only FlexBench's caller keeps a patience of its own
-            return dict(self._meta)
-        return {**self._meta, "patience": self.episode.turns[self.at].patience}
+        """What the recorded user contributed, as its task reads it back (a FlexBench caller: with its patience)."""
+        return self.task.user_meta(self.episode, self.at)
 
 
 class AsPlayed(Rubric):
@@ -403,6 +397,7 @@ async def _rescore_one(make_env: Callable[[], Any], episode: Episode, key: str) 
     record.meta["usage"] = {role: u.to_json() for role, u in usage.items()}
     if isinstance(record, Episode):
         record.meta["played_usage"] = episode.meta.get("usage", {})
+        record.meta.setdefault("task", env.unwrapped.task.name)  # as a run's file names it
     return record
 
 

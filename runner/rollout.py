@@ -606,6 +606,8 @@ async def _play(
                 ) from None
     except Exception as exc:  # one episode's failure is recorded, never the run's
         record = FailedEpisode.from_exception(exc, env=env, policy=policy, seed=seed)
+    else:  # the run's file names each episode's task (`ifgym.core.tasks.task_of` reads it back)
+        record.meta.setdefault("task", env.unwrapped.task.name)
     return record
 
 

@@ -20,24 +20,25 @@ def ci_settings_of(resolved: dict[str, Any]) -> Any:
 
 def has_loose(env: Any) -> bool:
     """Whether the env reports a loose variant (FlexBench and EvolIF's paper reading do not)."""
-    return getattr(env, "loose_metrics", True) and getattr(env, "checker_semantics", "ifgym") == "ifgym"
+    return env.task.loose_metrics and getattr(env, "checker_semantics", "ifgym") == "ifgym"
 
 
 def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) -> dict[str, Any]:
     """`ci` (bootstrap interval per headline metric and pass rate, strict and loose) and `ci_settings`.
 
-    Resamples the episodes' rows in the run's tally (`report.RunTally`) with the env's `summarize_rows`.
+    Resamples the episodes' rows in the run's tally (`report.RunTally`) with the task's `summarize_rows`.
     """
     from ifgym.core.stats import intervals, metric_names
 
+    task = env.task
     ci = {
         mode: intervals(
             getattr(tally, mode),
-            env.summarize_rows,
-            metric_names(summary[mode], env.headline_metrics),
+            task.summarize_rows,
+            metric_names(summary[mode], task.headline),
             loose=mode == "loose",
             settings=settings,
-            ratios=getattr(env, "summary_ratios", None),
+            ratios=task.summary_ratios,
         )
         if summary[mode]
         else {}
@@ -76,10 +77,11 @@ def report_run(
 
     semantics = getattr(env, "checker_semantics", "ifgym")
     # one pass over the episodes file: each episode is read, reduced to rows and counts, and dropped
-    tally = RunTally.of(episodes, env, loose=has_loose(env))
+    task = env.task
+    tally = RunTally.of(episodes, task, loose=has_loose(env))
     finished = len(episodes) > 0  # none when every episode failed, or none finished before a stop: no metrics
-    loose = env.summarize_rows(tally.loose, loose=True) if has_loose(env) and finished else {}
-    strict = env.summarize_rows(tally.strict) if finished else {}
+    loose = task.summarize_rows(tally.loose, loose=True) if has_loose(env) and finished else {}
+    strict = task.summarize_rows(tally.strict) if finished else {}
     summary = {"protocol": env.protocol(), "strict": strict, "loose": loose}
     if record.data.get("policy_protocol"):  # a wrapper's setup and its paper's differences
         summary["policy_protocol"] = record.data["policy_protocol"]
@@ -108,12 +110,10 @@ def report_run(
     summary["output"] = str(out)
     if shard is not None:
         summary["shard"] = str(shard)
-    summary["headline"] = list(getattr(env, "headline_metrics", ()))
-    summary["headline_metric"] = getattr(env, "headline_metric", None)
-    definitions = getattr(env, "metric_definitions", {})
-    summary["definitions"] = {k: v for k, v in definitions.items() if k in summary["strict"] or k == "loose"}
-    aliases = getattr(env, "metric_aliases", {})
-    summary["aliases"] = {k: v for k, v in aliases.items() if k in summary["strict"]}
+    summary["headline"] = list(task.headline)
+    summary["headline_metric"] = task.headline_metric
+    summary["definitions"] = {k: v for k, v in task.definitions.items() if k in summary["strict"] or k == "loose"}
+    summary["aliases"] = {k: v for k, v in task.aliases.items() if k in summary["strict"]}
     summary["judge"] = judge_record
     policy = resolved["policy"]
     summary["run"] = record.summary_reference() | {
@@ -129,7 +129,7 @@ def report_run(
     charts = chart_data(tally, summary)
     files = shard is None and resolved["plots"] and not quiet and finished
     plots = write_plots(tally, summary, out.parent) if files else {}
-    if hasattr(env, "write_report") and shard is None and not quiet and finished:  # FlexBench: dimension table
+    if shard is None and not quiet and finished:  # the env's own files (FlexBench: the dimension table)
         plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
     summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")
     write_summary(summary, summary_path)

@@ -7,9 +7,9 @@ from ifgym.lazy import lazy_submodules
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser, TrackerConfig, TrackerStep
+from ifgym.simulators.evolif.render import LLMRenderer, Renderer, RenderRequest, RenderResult, TemplateRenderer
+from ifgym.simulators.evolif.replay import ReplayUser, load_evolif_dialogue
 from ifgym.simulators.ntm import NTMUser, load_ntm
-from ifgym.simulators.render import LLMRenderer, Renderer, RenderRequest, RenderResult, TemplateRenderer
-from ifgym.simulators.replay import ReplayUser, load_evolif_dialogue
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access
 

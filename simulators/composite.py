@@ -54,9 +54,7 @@ from ifgym.errors import ConfigError, IfgymError, UnknownNameError
 from ifgym.simulators.assets_io import Style, Topic
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig, TrackerStep
-from ifgym.simulators.flexbench import LEVELS
-from ifgym.simulators.flows import chain_flows, templates_from_json
-from ifgym.simulators.render import (
+from ifgym.simulators.evolif.render import (
     CHECKS,
     LLMRenderer,
     Renderer,
@@ -64,7 +62,9 @@ from ifgym.simulators.render import (
     RenderResult,
     TemplateRenderer,
 )
+from ifgym.simulators.flexbench import LEVELS
 from ifgym.simulators.structflow import TASKS, Dialogue, TaskType, TemplateDialogueGenerator, word_turn
+from ifgym.simulators.structflow.flows import chain_flows, templates_from_json
 
 __all__ = [
     "AXES",

@@ -15,6 +15,10 @@ machinery plays envs, never the reverse), nor do `core/`, `llm/`, `simulators/`,
 rules hold for everything a room reaches, not only its own import lines. No room imports the root
 package `ifgym` (upward), and nothing imports `ifgym.cli` (the command line parses and dispatches to
 `ifgym.runner`; only the console script in pyproject.toml and `python -m ifgym.cli` enter it).
+
+One plan per task: no module reads a task's meta key (`meta["flexbench"]` …) outside that task's own
+modules, and none probes an env (`getattr`/`hasattr`) for what its task says; they read the task
+(`env.task`, `ifgym.core.tasks.task_of(episode)`).
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ def in_room(module: str, room: str) -> bool:
 def test_the_graph_sees_package_and_lazy_imports():
     graph = import_graph()
     assert "ifgym.envs.base" in graph["ifgym.envs"]  # a package gathering its submodules
-    assert "ifgym.rewards.evolif_judge" in graph["ifgym.envs.evolif"]  # imported inside EvolIFEnv.__init__
+    assert "ifgym.rewards.evolif.judge" in graph["ifgym.envs.evolif"]  # imported inside EvolIFEnv.__init__
     assert len(graph) > 40 and sum(map(len, graph.values())) > 100
 
 
@@ -200,3 +204,102 @@ def test_one_definition_in_the_llm_package(name):
         if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name
     )
     assert len(defined) == 1 and in_room(defined[0], "ifgym.llm"), defined
+
+
+TASK_NAMES = ("evolif", "structflow", "flexbench", "composite", "ntm")
+
+
+def _meta_key_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, task) where a task's name is looked up in a meta mapping: `"x" in meta`, `meta["x"]`, `meta.get("x")`."""
+
+    def is_meta(node: ast.AST) -> bool:
+        return "meta" in ast.unparse(node).rpartition(".")[2]
+
+    def task(node: ast.AST) -> str | None:
+        return node.value if isinstance(node, ast.Constant) and node.value in TASK_NAMES else None
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and task(node.left) and isinstance(node.ops[0], ast.In | ast.NotIn):
+            if is_meta(node.comparators[0]):
+                found.append((node.lineno, task(node.left)))
+        elif isinstance(node, ast.Subscript) and task(node.slice) and is_meta(node.value):
+            found.append((node.lineno, task(node.slice)))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and task(node.args[0])
+            and is_meta(node.func.value)
+        ):
+            found.append((node.lineno, task(node.args[0])))
+    return found
+
+
+def test_the_meta_key_check_finds_sniffing():
+    source = (
+        'if "flexbench" in episode.meta: pass\n'
+        'x = episode.meta["evolif"]\n'
+        'y = e.meta.get("composite", {})\n'
+        'z = episode.meta.get("dialogue")\n'
+        'ok = "flexbench" in suites\n'
+    )
+    assert _meta_key_reads(ast.parse(source)) == [(1, "flexbench"), (2, "evolif"), (3, "composite")]
+
+
+def test_no_module_sniffs_a_task_from_meta_keys():
+    # a task's episodes carry its own meta (meta["flexbench"], meta["evolif"] …) for its own modules to read; every
+    # other reader dispatches on the task (`ifgym.core.tasks.task_of(episode)`), never on which keys are there
+    sniffing = sorted(
+        f"{path.relative_to(ROOT)}:{line} ({task})"
+        for module, path in package_modules().items()
+        for line, task in _meta_key_reads(ast.parse(path.read_text(encoding="utf-8")))
+        if task not in module
+    )
+    assert not sniffing, f"these read a task's meta key outside its own modules: {sniffing}"
+
+
+# what a task says (ifgym.core.tasks.Task) under the env attributes it replaced: read `env.task`, never probe the env
+TASK_ATTRIBUTES = frozenset(
+    {
+        "headline_metrics",
+        "headline_metric",
+        "metric_definitions",
+        "metric_aliases",
+        "episode_row",
+        "summarize_rows",
+        "summary_ratios",
+        "judge_suite",
+        "loose_metrics",
+        "write_report",
+    }
+)
+
+
+def _probes(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, attribute) of each `getattr(x, "a", …)` / `hasattr(x, "a")` of a task attribute."""
+    return [
+        (node.lineno, node.args[1].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr")
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value in TASK_ATTRIBUTES
+    ]
+
+
+def test_the_probe_check_finds_probes():
+    source = 'getattr(env, "loose_metrics", True)\nhasattr(env, "write_report")\ngetattr(env, "checker_semantics")\n'
+    assert _probes(ast.parse(source)) == [(1, "loose_metrics"), (2, "write_report")]
+
+
+def test_no_module_probes_an_env_for_what_its_task_says():
+    probing = sorted(
+        f"{path.relative_to(ROOT)}:{line} ({attribute})"
+        for path in package_modules().values()
+        for line, attribute in _probes(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert not probing, f"these probe an env for what its task says (read env.task instead): {probing}"

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode, Verdict
+from ifgym.core import Episode, TurnRecord, Verdict
+from ifgym.core.tasks import recorded_user_meta
 from ifgym.errors import DataFormatError
-from ifgym.rewards.evolif_metrics import rows_of
 from ifgym.rewards.flexbench.dimensions import DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
+from ifgym.rewards.metrics import rows_of
 
 # ---------------------------------------------------------------------------------------------
 # Corpus metrics
@@ -28,6 +29,36 @@ def episode_dimensions(episode: Episode) -> DimensionSet:
             f"episode {episode.episode_id!r} has no meta['flexbench']['dimensions']; it was not played in FlexBench"
         )
     return DimensionSet.from_json(data, f"episode {episode.episode_id!r} dimensions")
+
+
+def opening_line(episode: Episode) -> str | None:
+    """The SOP's opening line the assistant spoke before the caller's first turn (None in an episode without it)."""
+    return episode.meta.get("flexbench", {}).get("opening_line")
+
+
+def caller_meta(episode: Episode, at: int) -> dict[str, Any]:
+    """What the caller contributed to the episode's meta, as recorded, with the patience it had after turn `at`."""
+    return {
+        **recorded_user_meta(episode, at),
+        **dict(episode.meta.get("flexbench") or {}),
+        "patience": episode.turns[at].patience,
+    }
+
+
+def dimensions_record(episode: Episode) -> dict[str, Any]:
+    """The dimension set an episode was scored with, as recorded (the JSON `DimensionSet.to_json` wrote)."""
+    return episode.meta["flexbench"]["dimensions"]
+
+
+def turn_reward(episode: Episode, turn: TurnRecord) -> float | None:
+    """A turn's own reward: dimensions newly satisfied less those newly broken, over all dimensions.
+
+    None for a turn that was not judged (`judge_every_turn=False`).
+    """
+    if "newly_satisfied" not in turn.info:
+        return None
+    dims = len(episode_dimensions(episode).ids)
+    return (len(turn.info["newly_satisfied"]) - len(turn.info.get("newly_broken", ()))) / dims
 
 
 def _final_verdicts(episode: Episode, dims: DimensionSet) -> list[Verdict] | None:

@@ -32,9 +32,9 @@ Sources of dialogues:
 `StructFlowUser` plays dialogues turn by turn (a fixed list, or one generated per episode; a failed
 LLM generation falls back to the offline generator for the same parameters and is counted).
 
-The package is split by stage: `format` (tasks, `Dialogue`, the dataset formats, `load_dataset`),
-`planner` (what each generated turn is about, the generators' shared base), `template_generator`,
-`llm_generator` and `user`; import its public names from here.
+The package is split by stage: `flows` (the structure templates), `format` (tasks, `Dialogue`,
+the dataset formats, `load_dataset`), `planner` (what each generated turn is about, the generators'
+shared base), `template_generator`, `llm_generator` and `user`; import its public names from here.
 """
 
 from ifgym.errors import GenerationError

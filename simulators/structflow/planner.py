@@ -27,7 +27,7 @@ from ifgym.core.structflow import (
 )
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.simulators.assets_io import Topic, load_topics
-from ifgym.simulators.flows import load_templates
+from ifgym.simulators.structflow.flows import load_templates
 from ifgym.simulators.structflow.format import TASKS, TaskType
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The catalog's cues and `unstated`: one check of a drafted user message for every user simulator.
 
-EvolIF's LLM user (`simulators.render`) and the StructFlow generator each had their own check
+EvolIF's LLM user (`simulators.evolif.render`) and the StructFlow generator each had their own check
 until they shared this one; where they disagreed, the rows below say which answer won and why.
 The tables each caller's tests pin stay in tests/simulators/test_render.py and test_structflow.py.
 """

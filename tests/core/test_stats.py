@@ -11,7 +11,7 @@ from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
 from ifgym.core.stats import CISettings, cohen_kappa, compare, intervals, metric_names
 from ifgym.errors import ConfigError
-from ifgym.rewards.evolif_metrics import HEADLINE, summarize
+from ifgym.rewards.evolif.metrics import HEADLINE, summarize
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})
 
@@ -124,7 +124,7 @@ LOWER = Constraint("case.lower", {})
 
 def mixed_rows(n: int) -> list:
     """n EvolIF rows of varied length and verdicts: undetermined episodes, a group most episodes lack, unknowns."""
-    from ifgym.rewards.evolif_metrics import episode_row
+    from ifgym.rewards.evolif.metrics import episode_row
 
     labels = ["yes", "no", "unknown"]
     rows = []
@@ -144,7 +144,7 @@ def mixed_rows(n: int) -> list:
 def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
     # the same draws scored two ways: EvolIF's ratios of sums over a chunk of draws, and summarize_rows per draw
     import ifgym.core.stats
-    from ifgym.rewards.evolif_metrics import summarize_rows, summary_ratios
+    from ifgym.rewards.evolif.metrics import summarize_rows, summary_ratios
 
     rows = mixed_rows(37)
     metrics = metric_names(summarize_rows(rows), HEADLINE)
@@ -161,7 +161,7 @@ def test_ratio_metrics_in_bulk_match_summarize_on_each_draw(monkeypatch):
 
 
 def test_summary_ratios_give_summarize_rows_values():
-    from ifgym.rewards.evolif_metrics import summarize_rows, summary_ratios
+    from ifgym.rewards.evolif.metrics import summarize_rows, summary_ratios
 
     rows = mixed_rows(23)
     summary = summarize_rows(rows)

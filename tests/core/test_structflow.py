@@ -20,7 +20,7 @@ from ifgym.core.structflow import (
     turn_name,
 )
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.simulators.flows import TEMPLATE_SETS, load_templates, templates_from_json
+from ifgym.simulators.structflow.flows import TEMPLATE_SETS, load_templates, templates_from_json
 
 
 @pytest.fixture

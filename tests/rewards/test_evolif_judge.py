@@ -12,7 +12,7 @@ import pytest
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
-from ifgym.rewards.evolif_judge import EvolIFJudge, parse_scores
+from ifgym.rewards.evolif.judge import EvolIFJudge, parse_scores
 
 TONE = Constraint("emotion.tone", {"emotion": "happy"})
 REGISTER = Constraint("style.register", {"style": "formal"})

@@ -13,7 +13,7 @@ from ifgym.core.catalog import EMOTIONS, READER_AGES, STYLES
 from ifgym.core.constraints import Constraint
 from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.rewards.evolif_judge import EvolIFJudge, axis_of, parse_labels, voice_of, withhold_addressed
+from ifgym.rewards.evolif.judge import EvolIFJudge, axis_of, parse_labels, voice_of, withhold_addressed
 
 TEXT = "The bridge was opened to traffic in June."
 ALL = (

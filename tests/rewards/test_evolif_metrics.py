@@ -9,7 +9,7 @@ import pytest
 from ifgym.core import Episode, TurnRecord, TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
 from ifgym.errors import DataFormatError
-from ifgym.rewards import evolif_metrics as metrics
+from ifgym.rewards.evolif import metrics
 
 WORDS = Constraint("length.words", {"relation": "less_than", "n": 50})  # group length
 JSON = Constraint("format.json", {})  # group format

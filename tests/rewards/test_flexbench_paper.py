@@ -105,7 +105,7 @@ def test_an_unknown_metrics_name_in_an_episode_is_named():
 
 def test_metrics_paper_leads_with_the_papers_equations_and_records_it():
     env = gym.make("ifgym/FlexBench-v0", metrics="paper").unwrapped
-    assert env.headline_metrics[:2] == ("Coverage", "Achievement") and env.headline_metric == "Achievement"
+    assert env.task.headline[:2] == ("Coverage", "Achievement") and env.task.headline_metric == "Achievement"
     env.reset(seed=0)
     env.step("Hello, am I speaking with the person in charge of the store?")
     assert env._episode.meta["flexbench"]["metrics"] == "paper"
@@ -116,7 +116,7 @@ def test_metrics_paper_leads_with_the_papers_equations_and_records_it():
 def test_default_metrics_are_unchanged_and_unrecorded():
     env = gym.make("ifgym/FlexBench-v0").unwrapped
     env.reset(seed=0)
-    assert "metrics" not in env._episode.meta["flexbench"] and env.headline_metric == "score"
+    assert "metrics" not in env._episode.meta["flexbench"] and env.task.headline_metric == "score"
     assert env.protocol()["deviations"] == [] and "paper" not in env.protocol()
 
 

@@ -18,7 +18,7 @@ from ifgym.core import ChecklistItem
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.rewards.evolif_judge import EvolIFJudge
+from ifgym.rewards.evolif.judge import EvolIFJudge
 from ifgym.rewards.flexbench import LLMDimensionJudge, load_dimensions
 from ifgym.rewards.judge import Judge
 from ifgym.rewards.structflow import ChecklistJudge

@@ -10,11 +10,12 @@ from support.paths import DATA
 from ifgym.core import Verdict
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.rewards.evolif_scorer import EvolIFScorer
+from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.flexbench import FlexBenchRubric, load_dimensions
 from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import Scores
-from ifgym.simulators.replay import ReplayUser
+from ifgym.rewards.tasks import EVOLIF
+from ifgym.simulators.evolif.replay import ReplayUser
 
 DIALOGUE = DATA / "evolif_dialogue.jsonl"
 
@@ -207,7 +208,7 @@ class CountYesUntilAFailure(Rubric):
 
 
 def test_the_env_loop_runs_any_rubric():
-    env = ChatEnv(user=ReplayUser(DIALOGUE), scorer=EvolIFScorer(None), rubric=CountYesUntilAFailure())
+    env = ChatEnv(task=EVOLIF, user=ReplayUser(DIALOGUE), scorer=EvolIFScorer(None), rubric=CountYesUntilAFailure())
     env.reset(seed=0)
     _, reward, term, trunc, info = env.step("Roof bees need a calm hive.")  # turn 1 asks: start with 'R'
     assert (reward, term, trunc, info["yes"], info["done_reason"]) == (1.0, False, False, 1, None)

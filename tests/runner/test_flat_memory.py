@@ -102,13 +102,13 @@ def test_the_summary_tally_keeps_rows_not_episodes_and_gives_the_same_numbers(tm
     result = run(make_env, lambda: ScriptedPolicy(["A reply.", "Another reply."]), range(4), output=out, progress=False)
     env = make_env().unwrapped
     before = live_episodes()
-    tally = RunTally.of(result.episodes, env, loose=True)
+    tally = RunTally.of(result.episodes, env.task, loose=True)
     assert live_episodes() == before
     assert tally.lengths == [3, 3, 3, 3] and tally.patience is False
     listed = read_episodes(out)
-    assert env.summarize_rows(tally.strict) == env.summarize(listed)
-    assert env.summarize_rows(tally.loose, loose=True) == env.summarize(listed, loose=True)
-    assert env.summarize_rows(tally.strict)["episodes"] == 4.0
+    assert env.task.summarize_rows(tally.strict) == env.summarize(listed)
+    assert env.task.summarize_rows(tally.loose, loose=True) == env.summarize(listed, loose=True)
+    assert env.task.summarize_rows(tally.strict)["episodes"] == 4.0
 
 
 def test_a_line_changed_under_a_stored_episode_is_named(tmp_path):

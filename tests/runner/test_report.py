@@ -186,7 +186,7 @@ def test_run_title_tells_wrapped_and_in_process_policies_apart():
 def test_results_table_marks_the_headline_defines_every_metric_and_says_why_n_a():
     episodes = play(3, patience=1)  # "No." fails every turn: one-turn dialogues, nothing to recover in
     env = gym.make("ifgym/EvolIF-v1").unwrapped
-    summary = summary_of(episodes) | {"headline_metric": env.headline_metric, "definitions": env.metric_definitions}
+    summary = summary_of(episodes) | {"headline_metric": env.task.headline_metric, "definitions": env.task.definitions}
     text = results_table(summary)
     rows = {line.split()[0]: line for line in text.splitlines() if line and line.split()[0] in summary["strict"]}
     assert rows["REC"].split()[1:4] == ["*", "n/a", "n/a"]  # marked as the headline, unmeasured strict and loose
@@ -237,7 +237,7 @@ def test_a_sweep_shows_the_headline_metric_first_in_its_table_and_plot(tmp_path)
             "overrides": [f"env.patience={k + 1}"],
             "folder": str(tmp_path / str(k)),
             "summary": summary_of(play(2, patience=k + 1))
-            | {"headline": list(env.headline_metrics), "headline_metric": env.headline_metric},
+            | {"headline": list(env.task.headline), "headline_metric": env.task.headline_metric},
         }
         for k in range(2)
     ]

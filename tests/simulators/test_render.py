@@ -18,7 +18,7 @@ from ifgym.errors import ConfigError
 from ifgym.llm import CannedClient
 from ifgym.simulators.assets_io import Style, Topic, load_topics
 from ifgym.simulators.evolif import EvolIFTracker, EvolIFUser
-from ifgym.simulators.render import (
+from ifgym.simulators.evolif.render import (
     LLMRenderer,
     RenderRequest,
     TemplateRenderer,

@@ -9,7 +9,7 @@ from support.paths import DATA
 from ifgym.core.constraints import Constraint
 from ifgym.core.evolif import from_evolif
 from ifgym.errors import ConfigError, DataFormatError, IfgymError
-from ifgym.simulators.replay import ReplayUser, load_evolif_dialogue
+from ifgym.simulators.evolif.replay import ReplayUser, load_evolif_dialogue
 
 FIXTURE = DATA / "evolif_dialogue.jsonl"
 RECORDS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -31,7 +31,6 @@ from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import CannedClient, LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
 from ifgym.runner.rollout import rollout
-from ifgym.simulators.flows import load_templates
 from ifgym.simulators.structflow import (
     DATASETS,
     GenerationError,
@@ -42,6 +41,7 @@ from ifgym.simulators.structflow import (
     parse_dataset,
     parse_record,
 )
+from ifgym.simulators.structflow.flows import load_templates
 
 # StructFlowBench's released file, as it ships in the package.
 DATASET = DATASETS["structflowbench"]

@@ -6,9 +6,10 @@ comparing the system message with the constant the code sends keeps the doubles 
 
 from __future__ import annotations
 
-from ifgym.rewards import evolif_judge, structflow
+from ifgym.rewards import structflow
+from ifgym.rewards.evolif import judge as evolif_judge
 from ifgym.rewards.flexbench import judges as flexbench_judges
-from ifgym.simulators import render
+from ifgym.simulators.evolif import render
 from ifgym.simulators.flexbench import callers, ending, personas
 
 Messages = list[dict[str, str]]

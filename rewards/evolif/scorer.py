@@ -12,7 +12,7 @@ from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
 
 if TYPE_CHECKING:
-    from ifgym.rewards.evolif_judge import EvolIFJudge
+    from ifgym.rewards.evolif.judge import EvolIFJudge
 
 __all__ = ["EvolIFScorer"]
 

@@ -50,18 +50,16 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 
 from ifgym.core import Episode, TurnRecord, Verdict
 from ifgym.core.constraints import GROUPS
 from ifgym.errors import DataFormatError
+from ifgym.rewards.metrics import rows_of, survival_of_lengths
 from ifgym.rewards.rubric import TurnOutcome, turn_outcome
-
-R = TypeVar("R")
 
 __all__ = [
     "DEFINITIONS",
@@ -232,16 +230,6 @@ def episode_row(episode: Episode, loose: bool = False) -> EvolIFRow:
     return EvolIFRow(episode_metrics(episode, loose), _group_counts(episode, loose))
 
 
-def rows_of(episodes: Iterable[Episode], row: Callable[[Episode, bool], R], loose: bool) -> list[R]:
-    """`row` of each episode, in one pass over `episodes` (any iterable); refuses a lone Episode or no episodes."""
-    if isinstance(episodes, Episode):
-        raise DataFormatError("metrics take a list of episodes; wrap a single episode as [episode]")
-    rows = [row(e, loose) for e in episodes]
-    if not rows:
-        raise DataFormatError("metrics need at least one episode; got an empty list")
-    return rows
-
-
 def _csr(tallies: list[EpisodeMetrics]) -> float:
     return _ratio(sum(t.acc for t in tallies), sum(t.csr_turns for t in tallies))
 
@@ -368,12 +356,6 @@ def survival_curve(episodes: Sequence[Episode]) -> list[float]:
     return survival_of_lengths([len(e.turns) for e in episodes])
 
 
-def survival_of_lengths(lengths: Sequence[int]) -> list[float]:
-    """`survival_curve` from the episodes' lengths (turns played), for a caller that kept only those."""
-    n = len(lengths)
-    return [sum(length >= t for length in lengths) / n for t in range(max(lengths) + 1)]
-
-
 # The metrics a run is judged by (they get bootstrap intervals in `ifgym eval`'s summary).
 HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA")
 # earlier names of a metric, kept in `summarize` with the same value (for readers of earlier runs), not printed
@@ -389,7 +371,7 @@ DEFINITIONS: dict[str, str] = {
     "EDR_succ": "endurance: per dialogue, the turns that met every constraint",
     "EDR_lss": "endurance: per dialogue, the longest run of consecutive passing turns",
     "REC": "recovery: per dialogue, failed turns whose next turn passed / failed turns with a next turn; "
-    "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif_metrics.recovery_script)",
+    "n/a when no failure had a next turn (EvolIF's arithmetic: rewards.evolif.metrics.recovery_script)",
     "STA": "stability (EvolIF's name; ROB, robustness, in summary.json too): per dialogue ISR, averaged over dialogues",
     "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped "
     "(IFEval's loose reading)",

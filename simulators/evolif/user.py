@@ -40,7 +40,7 @@ from ifgym.core.sampling import (
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics, styles_from_json, topics_from_json
 from ifgym.simulators.base import UserSimulator
-from ifgym.simulators.render import (
+from ifgym.simulators.evolif.render import (
     CHECKS,
     RESTATE,
     LLMRenderer,
@@ -482,7 +482,7 @@ class EvolIFUser(UserSimulator):
     `renderer` is "template" (deterministic, no model), "llm" (needs `client`; `k` regenerations
     before the template fallback) or any Renderer. `restate` ("change": only what is new on the
     turn, as EvolIF; "all": every live constraint on every turn) and `checks` ("rules" or "model",
-    LLM renderer only) configure the named renderers (see ifgym.simulators.render). `adaptive=False`
+    LLM renderer only) configure the named renderers (see ifgym.simulators.evolif.render). `adaptive=False`
     (default, as EvolIF, whose queries are synthesised before any model answers): the renderer sees
     the tracker's change, the topic and the user style, never the replies; `adaptive=True` also
     gives it the recent dialogue and the constraints the last reply missed, so an LLM user can
