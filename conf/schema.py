@@ -37,7 +37,7 @@ class LLMConf:
     )
     embedded_model: str = _help("qwen2.5-coder-1.5b | smollm2-135m | path to a .gguf", "qwen2.5-coder-1.5b")
     n_ctx: int = _help("embedded model context length", 8192)
-    n_threads: int | None = _help("embedded model threads; null = all cores", None)
+    n_threads: int | None = _help("embedded model threads; null = llama.cpp's: half the cores (all for prompts)", None)
     headers: dict[str, str] = _help(
         "HTTP headers sent with every request, e.g. a gateway's key; records show names only", default_factory=dict
     )
