@@ -143,3 +143,18 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     assert done.returncode == 0, done.stderr
     (record,) = (tmp_path / "runs").glob("EvolIF-*/run.json")
     assert '"status": "finished"' in record.read_text()
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """Each folder with an `__init__.py` is listed in pyproject's `packages` (a new sub-package is easy to forget)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    folders = {
+        ".".join(["ifgym", *p.parent.relative_to(ROOT).parts]).rstrip(".")
+        for p in ROOT.rglob("__init__.py")
+        if not {"tests", "benchmarks", "build", ".venv"} & set(p.relative_to(ROOT).parts)
+    }
+    folders = {"ifgym_verifiers" if f == "ifgym.integrations.ifgym_verifiers" else f for f in folders}
+    assert sorted(folders - listed) == []
