@@ -183,7 +183,7 @@ class CompositeEnv(ChatEnv):
             ChecklistJudge(
                 resolve_client(judge_llm, "judge"),
                 mode=judge_mode,
-                **({} if judge_threshold is None else {"threshold": judge_threshold}),
+                threshold=judge_threshold,
             )
             if judge == "llm"
             else None

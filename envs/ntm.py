@@ -123,7 +123,7 @@ class NTMEnv(ChatEnv):
                 mode=judge_mode,
                 max_retries=judge_max_retries,
                 max_tokens=judge_max_tokens,
-                **({} if judge_threshold is None else {"threshold": judge_threshold}),
+                threshold=judge_threshold,
             )
             if judge == "llm"
             else None

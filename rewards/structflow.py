@@ -380,9 +380,10 @@ class ChecklistJudge(Judge):
         mode: str = DEFAULT_CHECKLIST_MODE,
         max_retries: int = 2,
         max_tokens: int | None = None,
-        threshold: float = DEFAULT_YES_THRESHOLD,
+        threshold: float | None = None,
     ):
         super().__init__(client, mode=mode, max_retries=max_retries)
+        threshold = DEFAULT_YES_THRESHOLD if threshold is None else threshold
         if max_tokens is not None and (
             not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1
         ):
