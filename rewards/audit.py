@@ -630,11 +630,11 @@ def calibrate_on_real(
     p_yes, gold = [], []
     todo = probes("structflow_real", split=split, real=real)
     for probe in tqdm(todo, desc=f"calibrating on {split}", unit="turn", disable=not progress):
-        for item, expected in zip(probe.payload, probe.items, strict=True):
-            if scorer._rule(item) is None:
-                [(_, p)] = asyncio.run(judge.ayes_probabilities(probe.reply, [item], probe.history))
-                p_yes.append(p)
-                gold.append(expected.gold)
+        asked = [(item, g) for item, g in zip(probe.payload, probe.items, strict=True) if scorer._rule(item) is None]
+        if asked:  # one call per item, the turn's items sharing the prompt's prefix
+            verdicts = judge.yes_probabilities(probe.reply, [item for item, _ in asked], probe.history)
+            p_yes += [p for _, p in verdicts]
+            gold += [g.gold for _, g in asked]
     return {**calibrate_threshold(p_yes, gold), "split": split, "no_logprobs": p_yes.count(None)}
 
 
