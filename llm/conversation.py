@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
+import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from ifgym.errors import DataFormatError, did_you_mean
@@ -251,6 +253,122 @@ async def aconverse(
             request = conversation.send(answer)
         except StopIteration as done:
             return done.value
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One thing a step needs from outside, in both forms: `blocking(*args, **kwargs)` or awaited `awaited(…)`.
+
+    `Steps` yield Calls; `run_steps` makes each blocking, `arun_steps` awaits each, so a step is written
+    once (see `twin`). `Call.of(obj, "score", …)` asks any object with `score` and `ascore`.
+    """
+
+    blocking: Callable[..., Any]
+    awaited: Callable[..., Awaitable[Any]]
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, obj: Any, name: str, *args: Any, **kwargs: Any) -> Call:
+        """`obj.<name>(…)`, blocking, or `obj.a<name>(…)`, awaited."""
+        return cls(getattr(obj, name), getattr(obj, "a" + name), args, kwargs)
+
+    def run(self) -> Any:
+        """Make the call, blocking."""
+        return self.blocking(*self.args, **self.kwargs)
+
+    async def arun(self) -> Any:
+        """Make the call, awaited."""
+        return await self.awaited(*self.args, **self.kwargs)
+
+
+# A step written once for sync and async use: a generator that yields the Calls it needs, receives each
+# one's result through send(), and returns the step's result.
+Steps = Generator[Call, Any, _T]
+
+
+def run_steps(steps: Steps[_T]) -> _T:
+    """Run `steps` to its end, each Call blocking."""
+    return converse(steps, Call.run)
+
+
+async def arun_steps(steps: Steps[_T]) -> _T:
+    """Run `steps` to its end, each Call awaited."""
+    return await aconverse(steps, Call.arun)
+
+
+def asking(
+    conversation: Generator[list[Message], Any, _T],
+    ask: Callable[[list[Message]], Call],
+    read: Callable[[Any], Any] | None = None,
+) -> Steps[_T]:
+    """A Conversation as Steps: each list of messages it yields becomes the Call `ask(messages)`.
+
+    The Call's result (through `read`, e.g. taking a completion's text) is sent back in.
+    """
+    try:
+        messages = next(conversation)
+    except StopIteration as done:
+        return done.value
+    while True:
+        answer = yield ask(messages)
+        try:
+            messages = conversation.send(answer if read is None else read(answer))
+        except StopIteration as done:
+            return done.value
+
+
+def chat_call(client: ChatClient, **overrides: Any) -> Callable[[list[Message]], Call]:
+    """`ask` for `asking`: each list of messages a chat call to `client` with `overrides`."""
+    return lambda messages: Call(client.chat, client.achat, (messages,), overrides)
+
+
+class twin:  # noqa: N801 - used as a decorator, like property
+    """Write a method once, as `Steps`: the class gets `name` (each Call blocking) and `a<name>` (each awaited).
+
+        class Judge:
+            @twin
+            def judge(self, reply):
+                completion = yield Call(self.client.chat, self.client.achat, ([...],))
+                return completion.text
+
+    gives `judge(reply)` and `await ajudge(reply)`; `steps_of(obj, "judge", reply)` is the Steps themselves,
+    for a step that calls another.
+    """
+
+    def __init__(self, steps: Callable[..., Steps[Any]]):
+        if not inspect.isgeneratorfunction(steps):
+            raise TypeError(f"@twin needs a generator function that yields Calls; {steps.__qualname__} is not one")
+        self.steps = steps
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        steps = self.steps
+
+        @functools.wraps(steps)
+        def blocking(obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return run_steps(steps(obj, *args, **kwargs))
+
+        @functools.wraps(steps)
+        async def awaited(obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            return await arun_steps(steps(obj, *args, **kwargs))
+
+        awaited.__name__, awaited.__qualname__ = "a" + name, f"{owner.__qualname__}.a{name}"
+        awaited.__doc__ = f"Async twin of `{name}` (the same steps, each call awaited)."
+        blocking.__steps__ = awaited.__steps__ = steps  # type: ignore[attr-defined]
+        setattr(owner, name, blocking)
+        setattr(owner, "a" + name, awaited)
+
+
+def steps_of(obj: Any, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
+    """The Steps of `obj.<name>(…)`: its own when it was written with `twin`, else one Call of `name`/`a<name>`."""
+    steps = getattr(getattr(type(obj), name, None), "__steps__", None)
+    if steps is not None:
+        return steps(obj, *args, **kwargs)
+    return _one(Call.of(obj, name, *args, **kwargs))
+
+
+def _one(call: Call) -> Steps[Any]:
+    return (yield call)
 
 
 class CannedClient:
