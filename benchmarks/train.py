@@ -96,7 +96,6 @@ def report(folder: Path) -> str:
 
 def compare_report(turn: Path, episode: Path, seed: int = 0) -> str:
     """Paired held-out difference (episode-trained − turn-trained, by seed) of two finished runs' trained models."""
-    import gymnasium as gym
 
     import ifgym  # noqa: F401  (registers the env ids)
     from ifgym.core.stats import CISettings, compare
@@ -109,8 +108,7 @@ def compare_report(turn: Path, episode: Path, seed: int = 0) -> str:
         for name, folder in (("turn", turn), ("episode", episode))
     }
     env_id = runs["turn"][0].env_id
-    env_cls = gym.envs.registration.load_env_creator(gym.spec(env_id).entry_point)
-    summarize = turn_summary(env_cls.summarize)
+    summarize = turn_summary(task_of(runs["turn"][0]).summarize)
     metrics = ["mean_turn_reward", *task_of(runs["turn"][0]).headline]
     rows = compare(runs["turn"], runs["episode"], summarize, metrics, settings=CISettings(1000, 0.95, seed))
     lines = [f"held-out ({len(runs['turn'])} dialogues of {env_id}, paired by seed): turn-trained vs episode-trained"]

@@ -286,6 +286,10 @@ class ChatEnv(gym.Env[list, str]):
         return {f"next_{k}": v for k, v in nxt.items() if k in ("topic", "move", "change", "constraints")}
 
     # --- metrics ---------------------------------------------------------------------------------
+    def summarize(self, episodes: Sequence[Episode], loose: bool = False) -> dict[str, Any]:
+        """The task's metrics over finished `episodes` (`self.task.summarize`; `loose=True`: the loose variant)."""
+        return self.task.summarize(episodes, loose=loose)
+
     def protocol(self) -> dict[str, Any]:
         """What a run of this env measures: its settings, and `deviations` from the paper's protocol (envs override)."""
         return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}

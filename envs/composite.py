@@ -103,7 +103,6 @@ class CompositeEnv(ChatEnv):
     """
 
     env_name = "ifgym/Composite-v0"
-    summarize = staticmethod(COMPOSITE.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,

@@ -166,7 +166,6 @@ class EvolIFEnv(ChatEnv):
     """
 
     env_name = "ifgym/EvolIF-v1"
-    summarize = staticmethod(EVOLIF.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,

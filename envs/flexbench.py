@@ -136,7 +136,6 @@ class FlexBenchEnv(ChatEnv):
     """
 
     env_name = "ifgym/FlexBench-v0"
-    summarize = staticmethod(FLEXBENCH.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,

@@ -74,7 +74,6 @@ class NTMEnv(ChatEnv):
     """
 
     env_name = "ifgym/NTM-v0"
-    summarize = staticmethod(NTM.summarize)  # the task's metrics (`env.task`), on the class too
     user_sees_verdicts = False  # the user replays its turns whatever the replies; only the last turn is judged
 
     def __init__(

@@ -135,7 +135,6 @@ class StructFlowEnv(ChatEnv):
     """
 
     env_name = "ifgym/StructFlow-v0"
-    summarize = staticmethod(STRUCTFLOW.summarize)  # the task's metrics (`env.task`), on the class too
 
     def __init__(
         self,

@@ -205,8 +205,6 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
 
     The envs and the held-out evaluations are built and run as `ifgym eval` runs them (`ifgym.runner`).
     """
-    import gymnasium as gym
-
     from ifgym.core.stats import CISettings, compare, intervals
     from ifgym.core.tasks import task_of
     from ifgym.policies.transformers import load_pretrained, model_folder, resolve_device, set_threads
@@ -225,7 +223,6 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     device = resolve_device(trainer_cfg["device"])
     args = _grpo_config(trainer_cfg["grpo"], run_dir / "trl", cfg["seed"], device, cfg["progress"])
     start = time.monotonic()
-    env_cls = gym.envs.registration.load_env_creator(gym.spec(cfg["env"]["id"]).entry_point)
     if episodes:
         from ifgym.integrations.trl_episodes import EpisodeRollout, episode_setup
 
@@ -277,7 +274,6 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
                 reward=episode_reward,
                 credit=trainer_cfg["episode"]["credit"],
                 record=run_dir / "train_episodes.jsonl",
-                summarize=env_cls.summarize,
                 callbacks=callbacks,
                 **common,
             )
@@ -312,8 +308,8 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
             threads=trainer_cfg["threads"],
             device=trainer_cfg["device"],
         )
-        summarize = turn_summary(env_cls.summarize)
-        headline = task_of(after[0][0]).headline  # the task the held-out episodes were played in
+        played_in = task_of(after[0][0])  # the task the held-out episodes were played in
+        summarize, headline = turn_summary(played_in.summarize), played_in.headline
         metrics = ["mean_turn_reward", *[m for m in headline if m in after[1]["strict"]]]
         settings = CISettings(1000, 0.95, cfg["seed"])
         held_out = {"seeds": [held["seed"], held["seed"] + held["episodes"] - 1], "max_turns": held["max_turns"]}

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError
 
 __all__ = [
@@ -252,7 +253,6 @@ def episode_metrics(
     played: Sequence[Played],
     turn_rewards: Sequence[Sequence[float]],
     group_size: int,
-    summarize: Callable[..., dict[str, float]] | None = None,
     usage: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, float]:
     """One step's numbers about its episodes (see the module docstring), for metrics.jsonl and W&B.
@@ -262,7 +262,7 @@ def episode_metrics(
     `episode/cut_replies` (share of replies stopped by the reply token limit: TRL's own
     `completions/clipped_ratio` cannot see them, every episode ends with an end-of-turn token);
     `episode/ended/<reason>`: the share of episodes that ended so; `episode/same_user_turns`: the
-    share of groups whose user turns agreed; the env's `pass_rate/<group>` (from `summarize`);
+    share of groups whose user turns agreed; the task's `pass_rate/<group>` (its `summarize`);
     `calls/<role>`: model calls of the user and the judge while playing.
     """
     n = len(played)
@@ -279,8 +279,9 @@ def episode_metrics(
         out[f"episode/ended/{reason}"] = count / n
     groups = [played[i : i + group_size] for i in range(0, n, group_size)]
     out["episode/same_user_turns"] = sum(_same_user_turns(g) for g in groups) / len(groups)
-    if summarize is not None:
-        for key, value in summarize([p.episode for p in played if p.episode.turns]).items():
+    finished = [p.episode for p in played if p.episode.turns]
+    if finished:
+        for key, value in task_of(finished[0]).summarize(finished).items():
             if key.startswith("pass_rate/") and isinstance(value, int | float) and math.isfinite(value):
                 out[key] = float(value)
     for role, counts in sorted((usage or {}).items()):
@@ -396,12 +397,11 @@ def _episode_trainer_class() -> type:
             reward: Any,
             credit: str,
             record: Path,
-            summarize: Callable[..., Any] | None,
             **kwargs: Any,
         ):
             super().__init__(rollout_func=rollout, reward_funcs=[reward], **kwargs)
             self.rollout, self.episode_reward, self.credit = rollout, reward, credit
-            self.summarize, self.record = summarize, record
+            self.record = record
             record.write_text("", encoding="utf-8")
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -420,7 +420,7 @@ def _episode_trainer_class() -> type:
                 advantages: list[Any] = per_turn
             else:
                 advantages = output["advantages"].tolist()
-            for name, value in episode_metrics(played, rewards, group, self.summarize, self.rollout.usage).items():
+            for name, value in episode_metrics(played, rewards, group, self.rollout.usage).items():
                 self._metrics[mode][name].append(value)
             self._write(played, rewards, advantages, group)
             return output

@@ -256,7 +256,7 @@ def play(case: Case, mode: str = "sync") -> dict[str, Any]:
         episodes, steps, summarize = [], [], None
         for seed in case.seeds:
             env = _make_env(case, servers)
-            summarize = type(env.unwrapped).summarize
+            summarize = env.unwrapped.summarize
             policy = _policy(case, servers)
             if mode == "sync":
                 recorder = Recorder(env)
