@@ -8,6 +8,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,25 @@ LLAMA_CPP_INSTALL = (
     "pip install --no-cache-dir llama-cpp-python==0.3.36"
 )
 
-# One loaded model per (file, n_ctx) per process, shared by every client; each has its own lock
-# because a llama.cpp context must not be used from two threads at once.
-_LLAMAS: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
+# Prompt positions are evaluated in chunks of this many, aligned on multiples of it (see `_evaluate_prompt`).
+CHUNK = 64
+
+
+@dataclass
+class _Loaded:
+    """A loaded model, its lock and how many leading positions of its cache may be reused.
+
+    The lock: a llama.cpp context must not be used from two threads at once. `whole`: the positions
+    evaluated as whole aligned chunks, the only ones a later prompt reuses (`_evaluate_prompt`).
+    """
+
+    llama: Any
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    whole: int = 0
+
+
+# One loaded model per (file, n_ctx) per process, shared by every client.
+_LLAMAS: dict[tuple[str, int], _Loaded] = {}
 _LLAMAS_LOCK = threading.Lock()
 
 
@@ -34,9 +51,9 @@ def _close_llamas() -> None:
     Left to the garbage collector during interpreter teardown, Llama.__del__ fails noisily.
     """
     with _LLAMAS_LOCK:
-        for llama, lock in _LLAMAS.values():
-            with lock:
-                llama.close()
+        for loaded in _LLAMAS.values():
+            with loaded.lock:
+                loaded.llama.close()
         _LLAMAS.clear()
 
 
@@ -93,7 +110,7 @@ class EmbeddedBackend:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.cache_dir = cache_dir
-        self._slot: tuple[Any, threading.Lock] | None = None
+        self._slot: _Loaded | None = None
 
     @property
     def name(self) -> str:
@@ -103,9 +120,9 @@ class EmbeddedBackend:
 
     def load(self) -> Any:
         """Resolve the model file and load it (once per process); returns the llama_cpp.Llama."""
-        return self._model_and_lock()[0]
+        return self._loaded().llama
 
-    def _model_and_lock(self) -> tuple[Any, threading.Lock]:
+    def _loaded(self) -> _Loaded:
         if self._slot is None:
             path = resolve_embedded_model(self.embedded_model, self.cache_dir).resolve()
             key = (str(path), self.n_ctx)
@@ -113,7 +130,7 @@ class EmbeddedBackend:
                 if key not in _LLAMAS:
                     if not _LLAMAS:
                         atexit.register(_close_llamas)
-                    _LLAMAS[key] = (self._load_llama(path), threading.Lock())
+                    _LLAMAS[key] = _Loaded(self._load_llama(path))
                 self._slot = _LLAMAS[key]
         return self._slot
 
@@ -154,25 +171,17 @@ class EmbeddedBackend:
 
         llama.cpp's own completion returns log-probabilities only for a model loaded with
         `logits_all` (a logits row per context position: gigabytes at this n_ctx); one row is all a
-        yes/no verdict needs, so the prompt is evaluated (reusing the longest prefix already in the
-        model's cache, as llama.cpp's completion does) and the last position's logits are read.
+        yes/no verdict needs, so the prompt is evaluated (`_evaluate_prompt`, then its last token
+        alone) and that position's logits are read.
         """
         import numpy as np
 
-        llama, lock = self._model_and_lock()
-        with lock:
+        loaded = self._loaded()
+        llama = loaded.llama
+        with loaded.lock:
             tokens = self._prompt_tokens(llama, messages)
-            if len(tokens) >= self.n_ctx:
-                raise BackendError(
-                    f"embedded model {self.name!r}: the prompt has {len(tokens)} tokens, n_ctx is {self.n_ctx}; "
-                    "raise n_ctx"
-                )
-            cached = llama.input_ids[: llama.n_tokens].tolist()
-            keep = 0
-            while keep < min(len(cached), len(tokens) - 1) and cached[keep] == tokens[keep]:
-                keep += 1
-            llama.n_tokens = keep  # eval drops the cache past here and evaluates the rest
-            llama.eval(tokens[keep:])
+            self._evaluate_prompt(loaded, tokens)
+            llama.eval(tokens[-1:])
             logits = np.ctypeslib.as_array(llama._ctx.get_logits(), shape=(llama.n_vocab(),)).astype(np.float64)
             shifted = logits - logits.max()
             logprobs = shifted - np.log(np.exp(shifted).sum())
@@ -190,14 +199,43 @@ class EmbeddedBackend:
             "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1},
         }
 
+    def _evaluate_prompt(self, loaded: _Loaded, tokens: list[int]) -> None:
+        """Evaluate all of `tokens` but the last so that no number depends on what the model was asked before.
+
+        llama.cpp's kernels give a position slightly different numbers when it is evaluated in a
+        batch of another size or alignment (measured on Qwen2.5-Coder-1.5B Q4_K_M: logits up to 0.5
+        apart, enough to flip a greedy token). Reusing whatever prefix the last call left in the
+        cache, as llama.cpp does, made a reply depend on the calls before it, so on the order in
+        which concurrent episodes reached the model. Here a position is always evaluated in its
+        aligned chunk of `CHUNK` (from a multiple of it) with the same prompt tokens before it,
+        only whole chunks are reused, and the last token is evaluated alone by the caller.
+        """
+        llama, head = loaded.llama, len(tokens) - 1
+        if len(tokens) >= self.n_ctx:
+            raise BackendError(
+                f"embedded model {self.name!r}: the prompt has {len(tokens)} tokens, more than its context "
+                f"holds with an answer; raise n_ctx (now {self.n_ctx})"
+            )
+        reusable = min(llama.n_tokens, loaded.whole, head)
+        keep = 0
+        while keep < reusable and llama.input_ids[keep] == tokens[keep]:
+            keep += 1
+        keep -= keep % CHUNK
+        loaded.whole = keep  # what follows is rewritten now; an error part-way leaves it unused
+        llama.n_tokens = keep
+        for start in range(keep, head, CHUNK):
+            llama.eval(tokens[start : min(start + CHUNK, head)])
+        loaded.whole = head - head % CHUNK
+
     def count_tokens(self, messages: list[Message]) -> int:
         """Prompt tokens of `messages` as this model would see them: its chat template, then its tokenizer.
 
         The template is the one stored in the gguf (what llama.cpp applies to chats); a model file
         without one falls back to the sum of the contents' tokens.
         """
-        llama, lock = self._model_and_lock()
-        with lock:
+        loaded = self._loaded()
+        llama = loaded.llama
+        with loaded.lock:
             template = llama.metadata.get("tokenizer.chat_template")
             if not template:
                 return sum(len(llama.tokenize(m["content"].encode(), add_bos=False)) for m in messages)
@@ -231,15 +269,17 @@ class EmbeddedBackend:
         extra.pop("logprobs", None)
         if top is not None:
             return self.first_token_logprobs(messages, int(top))
-        llama, lock = self._model_and_lock()
+        loaded = self._loaded()
         kwargs: dict[str, Any] = {"temperature": temperature, "max_tokens": max_tokens, **extra}
         if top_p is not None:
             kwargs["top_p"] = top_p
         if seed is not None:
             kwargs["seed"] = seed
-        with lock:
+        with loaded.lock:
+            # all but the last prompt token, so that llama.cpp's prefix match leaves that one to evaluate
+            self._evaluate_prompt(loaded, self._prompt_tokens(loaded.llama, messages))
             try:
-                return llama.create_chat_completion(messages=messages, **kwargs)
+                return loaded.llama.create_chat_completion(messages=messages, **kwargs)
             except ValueError as exc:  # llama_cpp reports prompt-too-long and friends as ValueError
                 raise BackendError(
                     f"embedded model {self.name!r} failed: {exc}. If the prompt is too long, raise n_ctx "

@@ -252,3 +252,58 @@ def test_extra_request_fields_take_llama_cpps_names_and_an_unknown_one_is_refuse
     message = str(err.value)
     assert message.startswith("policy.llm.extra: the embedded model (llama.cpp) takes no request field best_of")
     assert "repetition_penalty" in message and "top_k" in message
+
+
+# -- the same answer whatever was asked before ------------------------------------------------------
+
+QWEN_SYSTEM = {
+    "role": "system",
+    "content": "You are a careful assistant. Answer in plain English, keep every instruction the user gives "
+    "in force until they change it, and never mention these rules. " * 3,
+}
+QWEN_ASKED = [
+    QWEN_SYSTEM,
+    {"role": "user", "content": "Describe how green tea is made, in exactly two sentences, without commas."},
+]
+QWEN_OTHER = [QWEN_SYSTEM, {"role": "user", "content": "Name three rivers in Europe and say which is longest."}]
+QWEN_LONGER = [
+    *QWEN_ASKED,
+    {"role": "assistant", "content": "Leaves are picked and steamed. They are then rolled and dried."},
+    {"role": "user", "content": "Now say it in one sentence."},
+]
+
+
+@pytest.mark.embedded
+def test_qwen_answers_the_same_whatever_was_asked_before():
+    """llama.cpp gives a position different numbers in batches of another size or alignment.
+
+    Reusing whatever prefix the last call left made Qwen's answer depend on the calls before it (the
+    replies of `make eval` changed between runs with the order in which episodes reached the model).
+    Here: the same prompt asked fresh, after another conversation sharing its system prompt, and
+    after a longer conversation that starts with it.
+    """
+    backend = EmbeddedBackend("qwen2.5-coder-1.5b", n_ctx=2048)
+
+    def fresh() -> None:
+        loaded = backend._loaded()
+        loaded.llama.reset()
+        loaded.whole = 0
+
+    def first_token(messages):
+        choice = backend.create_chat_completion(messages, top_logprobs=5)["choices"][0]
+        return choice["logprobs"]["content"][0]["top_logprobs"]
+
+    fresh()
+    expected = first_token(QWEN_ASKED)
+    reply = backend.create_chat_completion(QWEN_ASKED, max_tokens=12)["choices"][0]["message"]["content"]
+    for before in (QWEN_OTHER, QWEN_LONGER):
+        fresh()
+        first_token(before)
+        assert first_token(QWEN_ASKED) == expected  # the same floats, not close ones
+        fresh()
+        backend.create_chat_completion(before, max_tokens=4)
+        assert backend.create_chat_completion(QWEN_ASKED, max_tokens=12)["choices"][0]["message"]["content"] == reply
+    loaded = backend._loaded()
+    assert (
+        list(loaded.llama.input_ids[: loaded.whole]) == backend._prompt_tokens(loaded.llama, QWEN_ASKED)[: loaded.whole]
+    )  # what llama.cpp's chat template made of the messages is what was evaluated ahead of it
