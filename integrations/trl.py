@@ -219,6 +219,7 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
     UnknownNameError.check(("trainer.rollout", trainer_cfg["rollout"], ROLLOUTS))
     episodes = trainer_cfg["rollout"] == "episode"
     _check_seeds(trainer_cfg["prompts"], held)
+    _check_model_servers(cfg)
     set_threads(trainer_cfg["threads"])
     device = resolve_device(trainer_cfg["device"])
     args = _grpo_config(trainer_cfg["grpo"], run_dir / "trl", cfg["seed"], device, cfg["progress"])
@@ -330,6 +331,15 @@ def train(cfg: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
         wandb_run.finish()
     print(_report(summary))
     return summary
+
+
+def _check_model_servers(cfg: dict[str, Any]) -> None:
+    """Ask the user's and the judge's servers once, before a model loads, as `ifgym eval` does before a run."""
+    from ifgym.runner.build import build_env, check_model_servers
+
+    clients: dict[str, Any] = {}
+    build_env(cfg["env"], cfg["judge"], clients)  # fills in the roles' clients
+    check_model_servers(cfg, clients)
 
 
 def _turn_reward(cfg: dict[str, Any]) -> Any:

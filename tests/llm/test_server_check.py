@@ -168,3 +168,14 @@ def test_eval_without_a_model_evaluates_the_one_served_and_records_it(in_tmp, ca
     assert "`policy.llm.model` is not set" in capsys.readouterr().err
     record = json.loads((in_tmp / "run.json").read_text())
     assert record["models"]["policy"]["model"] == record["config"]["policy"]["llm"]["model"] == "canned-model"
+
+
+def test_train_stops_before_loading_a_model_on_an_unreachable_judge(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    args = ["train", "trainer=smoke", "judge=llm", f"judge.llm.base_url={url}", "judge.llm.model=m"]
+    assert main([*args, f"hydra.run.dir={tmp_path / 'run'}", "progress=false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("ifgym: error: ") and "`judge.llm.base_url`" in err[-1]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # stopped before training
