@@ -1,8 +1,9 @@
 """Score one reply against its turn's spec: rules where they can, a judge where not.
 
 Every env's scorer has the same two methods, `score(reply, spec, history)` and the awaited
-`ascore(...)`, and returns `Scores`: one verdict per item (strict and loose), each item's group (its constraint
-group, or its checklist type) and weight. The env turns those into reward and patience.
+`ascore(...)`, and returns `Scores`: one verdict per item (strict and loose), each item's group
+(its constraint group, or its checklist type) and weight. The env turns those into reward and
+patience.
 """
 
 from __future__ import annotations

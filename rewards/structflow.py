@@ -568,7 +568,7 @@ class ChecklistJudge(Judge):
                 "judge.mode=plain or paper with env.judge_golden=true, or env.judge_golden=false"
             )
 
-    # Checks the arguments now, then hands back the Conversation (ifgym.llm.converse drives it).
+    # Checks the arguments now, then hands back the Conversation (`judge` asks it through `_asking`).
     def _converse(
         self,
         reply: str,

@@ -566,8 +566,8 @@ class EvolIFJudge(Judge):
         """One verdict per constraint, in order (no call when `constraints` is empty); `ajudge` awaits the call."""
         return (yield from self._asking(self._session(reply, constraints, history)))
 
-    # A session is a Conversation (see ifgym.llm.converse). The checks run here, before the first
-    # call is asked for.
+    # A session is a Conversation (`judge` asks it through `_asking`). The checks run here, before the
+    # first call is asked for.
     def _session(self, reply: str, constraints: Sequence[Constraint], history: History) -> Conversation[list[Verdict]]:
         if not isinstance(reply, str):
             raise ConfigError(f"EvolIFJudge needs the reply as a str, got {type(reply).__name__}")
