@@ -9,17 +9,22 @@ from __future__ import annotations
 import asyncio
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from ifgym.errors import ConfigError
 from ifgym.llm import Message, Usage, validate_messages
+from ifgym.llm.conversation import Call, Steps, twin
+
+_T = TypeVar("_T")
 
 
 class Policy(ABC):
-    """A model under test: `act(messages) -> reply`, with an async twin and usage totals.
+    """A model under test: `act(messages) -> reply`, its awaited form `aact`, and usage totals.
 
-    Subclasses implement `act`; `aact` runs it in a worker thread unless overridden, `reset`
-    clears per-episode state (none by default).
+    Subclasses implement `act`, either as a plain method (then `aact` runs it in a worker thread)
+    or once as Steps with `ifgym.llm.conversation.twin`, which gives `act` and `aact` together (as
+    `ChatPolicy` and the wrappers do). `reset` clears per-episode state (none by default).
     """
 
     def reset(self) -> None:  # noqa: B027 - an optional hook, not abstract: most policies are stateless
@@ -30,7 +35,7 @@ class Policy(ABC):
         """Return the assistant's reply to the transcript `messages` (ending with a user turn)."""
 
     async def aact(self, messages: list[Message]) -> str:
-        """Async twin of `act`; the default runs `act` in a worker thread."""
+        """`act` awaited; the default runs `act` in a worker thread (a policy written with `twin` has its own)."""
         return await asyncio.to_thread(self.act, messages)
 
     @property
@@ -45,6 +50,15 @@ class Policy(ABC):
         Rollouts store this in `episode.meta["policy_usage"]` (falling back to `usage` when None).
         """
         return None
+
+
+def _at_once(function: Callable[..., _T]) -> Callable[..., Awaitable[_T]]:
+    """`function` as the awaited form of a Call whose work needs no I/O: awaiting it runs `function` at once."""
+
+    async def awaited(*args: Any, **kwargs: Any) -> _T:
+        return function(*args, **kwargs)
+
+    return awaited
 
 
 class ScriptedPolicy(Policy):
@@ -76,8 +90,13 @@ class ScriptedPolicy(Policy):
             self._next = 0
             self._episode = Usage()
 
-    def act(self, messages: list[Message]) -> str:
-        """Return the next scripted reply."""
+    @twin
+    def act(self, messages: list[Message]) -> Steps[str]:
+        """Return the next scripted reply (no I/O: `aact` answers at once, no thread needed)."""
+        # the reply function is the caller's: called as a Call, so whatever it raises reaches the caller as is
+        return (yield Call(self._answer, _at_once(self._answer), (messages,)))
+
+    def _answer(self, messages: list[Message]) -> str:
         msgs = validate_messages(messages)
         with self._lock:
             if callable(self._replies):
@@ -92,10 +111,6 @@ class ScriptedPolicy(Policy):
             for usage in (self._usage, self._episode):
                 usage.add(sum(len(m["content"].split()) for m in msgs), len(reply.split()))
         return reply
-
-    async def aact(self, messages: list[Message]) -> str:
-        """Async twin of act (answers at once, no thread needed)."""
-        return self.act(messages)
 
     @property
     def usage(self) -> dict[str, int]:

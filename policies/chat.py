@@ -7,6 +7,7 @@ from typing import Any
 from ifgym.errors import ConfigError, did_you_mean
 from ifgym.llm import ChatClient, Completion, Message, Usage, make_client, validate_messages
 from ifgym.llm.config import GEN_KEYS
+from ifgym.llm.conversation import Call, Steps, twin
 from ifgym.policies.base import Policy
 
 
@@ -53,13 +54,12 @@ class ChatPolicy(Policy):
             msgs = [{"role": "system", "content": self.system_prompt}, *msgs]
         return msgs
 
-    def act(self, messages: list[Message]) -> str:
-        """Return the model's reply to `messages`."""
-        return self._record(self.client.chat(self._prompt(messages), **self.gen_overrides))
-
-    async def aact(self, messages: list[Message]) -> str:
-        """Async twin of act (uses the client's achat and its per-role concurrency limit)."""
-        return self._record(await self.client.achat(self._prompt(messages), **self.gen_overrides))
+    @twin
+    def act(self, messages: list[Message]) -> Steps[str]:
+        """Return the model's reply to `messages` (`aact` awaits the client's achat, under its concurrency limit)."""
+        return self._record(
+            (yield Call(self.client.chat, self.client.achat, (self._prompt(messages),), self.gen_overrides))
+        )
 
     @property
     def usage(self) -> dict[str, int]:

@@ -3,9 +3,11 @@
 A wrapper (Truncation, GraphIF, ContextAgent) answers a turn by calling the policy it wraps (the
 *base*, the model under test) and, for its own bookkeeping, a *light* model client (and a *summary*
 client for summaries, the light one unless given). Each turn is
-written once, as a generator that yields the calls it needs (`LightCall`, `BaseCall`, `EmbedCall`)
-and receives their results; `act` drives it synchronously and `aact` with awaits, so the sync and
-async paths cannot drift apart.
+written once, as a generator that yields the requests it needs (`LightCall`, `BaseCall`, `EmbedCall`:
+what a wrapper asks for, which the accounting reads) and receives their results. `act` is written
+once with `ifgym.llm.conversation.twin`: each request becomes the Steps that serve it (`_serve`: a
+`Call` to a client or the embedder, or the base policy's own steps) and are counted, so `act` makes
+every call blocking and `aact` awaits each; the sync and async paths cannot drift apart.
 
 Accounting (per turn, in `policy.costs`): calls, prompt and completion tokens per role (`base`,
 `light`), the context tokens sent to the model under test (`context_tokens`), the prompt tokens of
@@ -36,6 +38,7 @@ transcript: the env's system messages, or else the base policy's own `system_pro
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from abc import abstractmethod
 from collections.abc import Generator, Mapping, Sequence
@@ -43,8 +46,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
-from ifgym.llm import Completion, Message, aconverse, converse, validate_messages
-from ifgym.llm.conversation import word_count
+from ifgym.llm import Completion, Message, validate_messages
+from ifgym.llm.conversation import Call, Steps, steps_of, twin, word_count
 from ifgym.policies.base import Policy
 
 BASE, LIGHT = "base", "light"
@@ -235,42 +238,40 @@ class WrapperPolicy(Policy):
         self.costs.append(cost)
         _add_cost(self._totals, cost)
 
-    def act(self, messages: list[Message]) -> str:
-        """Answer the transcript (sync): run this turn's calls one after the other."""
+    @twin
+    def act(self, messages: list[Message]) -> Steps[str]:
+        """Answer the transcript: this turn's requests served one after the other (`aact` awaits each call)."""
         msgs = self._begin(messages)
         started = time.perf_counter()
-        reply = converse(self._turn(msgs), self._run)  # a StopIteration escaping a call is not the turn's end
+        reply = yield from self._serving(self._turn(msgs))
         self._end(started)
         return reply
 
-    async def aact(self, messages: list[Message]) -> str:
-        """Async twin of act: the same turn, with the model calls awaited."""
-        msgs = self._begin(messages)
-        started = time.perf_counter()
-        reply = await aconverse(self._turn(msgs), self._arun)
-        self._end(started)
-        return reply
+    def _serving(self, turn: Turn) -> Steps[str]:
+        """The turn as Steps: each request it yields served (`_serve`) and the result sent back in."""
+        try:
+            request = next(turn)
+        except StopIteration as done:
+            return done.value
+        while True:
+            answer = yield from self._serve(request)
+            try:
+                request = turn.send(answer)
+            except StopIteration as done:
+                return done.value
 
-    def _run(self, request: Request) -> Any:
+    def _serve(self, request: Request) -> Steps[Any]:
+        """The Steps that answer one request of a turn, counted in this turn's cost."""
         if isinstance(request, LightCall):
             client = self._light_client(request)
-            return self._count_light(client, request.messages, client.chat(request.messages))
+            completion = yield Call(client.chat, client.achat, (request.messages,))
+            return self._count_light(client, request.messages, completion)
         if isinstance(request, BaseCall):
             before = getattr(self.base, "last", None)
-            reply = self.base.act(request.messages)
+            reply = yield from steps_of(self.base, "act", request.messages)
             return self._count_base(request, reply, before)
-        return self._embed(request.texts)
-
-    async def _arun(self, request: Request) -> Any:
-        if isinstance(request, LightCall):
-            client = self._light_client(request)
-            return self._count_light(client, request.messages, await client.achat(request.messages))
-        if isinstance(request, BaseCall):
-            before = getattr(self.base, "last", None)
-            reply = await self.base.aact(request.messages)
-            return self._count_base(request, reply, before)
-        # sentence-transformers is CPU-bound: keep the event loop free for other episodes
-        return await asyncio.to_thread(self._embed, request.texts)
+        # sentence-transformers is CPU-bound: awaited, it runs in a worker thread to keep the event loop free
+        return (yield Call(self._embed, functools.partial(asyncio.to_thread, self._embed), (request.texts,)))
 
     def _light_client(self, request: LightCall) -> Any:
         client = self.summary if request.summary else self.light

@@ -24,6 +24,7 @@ from typing import Any
 
 from ifgym.core import Episode, TurnSpec
 from ifgym.errors import DataFormatError
+from ifgym.llm.conversation import Steps, steps_of, twin
 from ifgym.rewards.evolif.metrics import DEFINITIONS as EVOLIF_DEFINITIONS
 from ifgym.rewards.evolif.metrics import HEADLINE as EVOLIF_HEADLINE
 from ifgym.rewards.evolif.metrics import HEADLINE_METRIC as EVOLIF_HEADLINE_METRIC
@@ -90,16 +91,12 @@ class CompositeScorer:
     def _concat(a: Scores, b: Scores) -> Scores:
         return Scores(a.strict + b.strict, a.loose + b.loose, a.groups + b.groups, a.weights + b.weights)
 
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for every checklist item, in the checklist's order."""
+    @twin
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Steps[Scores]:
+        """Verdicts for every checklist item, in the checklist's order; `ascore` awaits the judge's calls."""
         rest = _split(spec)
-        return self._concat(self.rules.score(reply, spec, history), self.checklist.score(reply, rest, history))
-
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score`."""
-        rest = _split(spec)
-        a = await self.rules.ascore(reply, spec, history)
-        return self._concat(a, await self.checklist.ascore(reply, rest, history))
+        constraints = yield from steps_of(self.rules, "score", reply, spec, history)
+        return self._concat(constraints, (yield from steps_of(self.checklist, "score", reply, rest, history)))
 
 
 def _evolif_episode(e: Episode) -> Episode:

@@ -13,8 +13,9 @@ how an answer becomes a label; this base supplies the rest, the same for all of 
   counters, `prompt_tokens` and `completion_tokens`;
 - `source`, the verdicts' tag `judge:<model>`; `prompt_version`, a hash of the mode's fixed prompt
   text (the judge audit's cache key);
-- the calls (`_call`/`_acall`, counting tokens) and the sync/async drivers (`_run`/`_arun`): a
-  judge's dialogue is one `ifgym.llm.Conversation` whatever drives it;
+- `_asking`: a judge's dialogue (one `ifgym.llm.Conversation`) as `Steps` whose calls count their
+  tokens; a judge writes `judge` once with `ifgym.llm.conversation.twin` and gets the blocking
+  `judge` and the awaited `ajudge`;
 - `defang`: copies of the prompt's own `tags` in text put between them (`ifgym.answers.defang`);
 - `ask`: the bounded re-ask loop (`ask_until_complete`), and `unanswered` / `unplaced_note`, the
   reasons of items the judge never answered (answers are placed on items by `ifgym.answers.place`).
@@ -33,7 +34,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from ifgym.answers import defang
 from ifgym.core import Verdict
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.llm import ChatClient, Conversation, aconverse, converse
+from ifgym.llm import ChatClient, Conversation
+from ifgym.llm.conversation import Steps, asking, chat_call
 
 __all__ = ["Judge", "ask_until_complete", "quote_found", "unanswered", "unplaced_note"]
 
@@ -45,8 +47,8 @@ class Judge:
     """Base class of ifgym's LLM judges (see the module docstring for what it shares).
 
     A subclass sets `modes` and `default_mode`, `tags` (its prompt's own tags), `counters` (its own
-    stats keys) and implements `fixed_prompt()`; its `judge`/`ajudge` build a Conversation and hand
-    it to `_run`/`_arun`.
+    stats keys) and implements `fixed_prompt()`; its `judge` (written once with `twin`, which also
+    gives `ajudge`) builds a Conversation and yields from `_asking(conversation)`.
     """
 
     modes: ClassVar[tuple[str, ...]]
@@ -101,19 +103,12 @@ class Judge:
             self.stats["completion_tokens"] += int(getattr(completion, "completion_tokens", 0) or 0)
         return completion.text or ""
 
-    def _call(self, messages: list[Message], **overrides: Any) -> str:
-        return self._tokens(self.client.chat(messages, **overrides))
+    def _asking(self, conversation: Conversation[list[Verdict]], **overrides: Any) -> Steps[list[Verdict]]:
+        """A judge's dialogue as Steps: each call to the client (`overrides` go to every call, e.g. max_tokens).
 
-    async def _acall(self, messages: list[Message], **overrides: Any) -> str:
-        return self._tokens(await self.client.achat(messages, **overrides))
-
-    def _run(self, conversation: Conversation[list[Verdict]], **overrides: Any) -> list[Verdict]:
-        """Drive a judge's dialogue with blocking calls (`overrides` go to every call, e.g. max_tokens)."""
-        return converse(conversation, lambda messages: self._call(messages, **overrides))
-
-    async def _arun(self, conversation: Conversation[list[Verdict]], **overrides: Any) -> list[Verdict]:
-        """Drive a judge's dialogue with awaited calls."""
-        return await aconverse(conversation, lambda messages: self._acall(messages, **overrides))
+        Each answer's tokens are counted in `stats` and its text sent back into the dialogue.
+        """
+        return asking(conversation, chat_call(self.client, **overrides), read=self._tokens)
 
     def ask(
         self,

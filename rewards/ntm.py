@@ -48,13 +48,9 @@ class NTMScorer(RulesThenJudge):
     def __init__(self, judge: Any = None):
         self.judge = judge
 
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for the final reply, one per checkpoint."""
-        return super().score(reply, spec, _final_request(history))
-
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score`."""
-        return await super().ascore(reply, spec, _final_request(history))
+    def _judge_history(self, history: list[dict] | None) -> list[dict] | None:
+        """The final user request alone (see the class docstring)."""
+        return _final_request(history)
 
     unjudged = no_judge("NTM checkpoints need a judge (judge='llm'); no rule decides them")
 

@@ -1,17 +1,20 @@
 """Score one reply against its turn's spec: rules where they can, a judge where not.
 
-Every env's scorer has the same two methods, `score(reply, spec, history)` and `ascore(...)`, and
-returns `Scores`: one verdict per item (strict and loose), each item's group (its constraint
-group, or its checklist type) and weight. The env turns those into reward and patience.
+Every env's scorer has the same two methods, `score(reply, spec, history)` and the awaited
+`ascore(...)`, and returns `Scores`: one verdict per item (strict and loose), each item's group
+(its constraint group, or its checklist type) and weight. The env turns those into reward and
+patience.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ifgym.core import TurnSpec, Verdict
+from ifgym.llm.conversation import Steps, steps_of, twin
 
 
 @dataclass(frozen=True)
@@ -31,13 +34,20 @@ class Scores:
 
 
 class TurnScorer(Protocol):
-    """What an env needs from its scorer. `reset` is called at every env reset (per-episode state)."""
+    """What an env needs from its scorer. `reset` is called at every env reset (per-episode state).
+
+    ifgym's scorers write `score` once with `ifgym.llm.conversation.twin`, which gives `ascore` too.
+    A scorer of your own may subclass this and write only `score`: its `ascore` then runs `score`
+    in a worker thread (so a blocking judge call keeps the event loop free for other episodes).
+    """
 
     def reset(self) -> None: ...
 
     def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores: ...
 
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores: ...
+    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
+        """`score` awaited: by default run in a worker thread."""
+        return await asyncio.to_thread(self.score, reply, spec, history)
 
 
 def no_judge(reason: str) -> Verdict:
@@ -73,28 +83,24 @@ class RulesThenJudge:
         """More keyword arguments for the judge's call on this turn (none by default)."""
         return {}
 
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for `reply` on the spec's items; `history` is the dialogue before it (judge context)."""
-        strict, loose, asked = self._split(reply, spec)
-        if asked:
-            items = [self._items(spec)[i] for i in asked]
-            options = self._judge_options(spec)
-            judged = self.judge.judge(reply, items, history, **options) if self.judge else [self.unjudged] * len(asked)
-            for i, v in zip(asked, judged, strict=True):
-                strict[i] = loose[i] = v
-        return self._merge(spec, strict, loose)
+    def _judge_history(self, history: list[dict] | None) -> list[dict] | None:
+        """The part of `history` the judge is shown (all of it by default)."""
+        return history
 
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score` (the judge call is awaited)."""
+    @twin
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Steps[Scores]:
+        """Verdicts for `reply` on the spec's items; `history` is the dialogue before it (judge context).
+
+        `ascore` awaits the judge's call.
+        """
         strict, loose, asked = self._split(reply, spec)
         if asked:
             items = [self._items(spec)[i] for i in asked]
             options = self._judge_options(spec)
-            judged = (
-                await self.judge.ajudge(reply, items, history, **options)
-                if self.judge
-                else [self.unjudged] * len(asked)
-            )
+            if self.judge:
+                judged = yield from steps_of(self.judge, "judge", reply, items, self._judge_history(history), **options)
+            else:
+                judged = [self.unjudged] * len(asked)
             for i, v in zip(asked, judged, strict=True):
                 strict[i] = loose[i] = v
         return self._merge(spec, strict, loose)

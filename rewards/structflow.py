@@ -74,7 +74,8 @@ from ifgym.core.structflow import (
 )
 from ifgym.errors import ConfigError, DataFormatError, did_you_mean
 from ifgym.files import not_a_folder
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import Conversation
+from ifgym.llm.conversation import Steps, asking, chat_call, steps_of, twin
 from ifgym.rewards.checks import check
 from ifgym.rewards.judge import Judge, quote_found, unanswered
 from ifgym.rewards.metrics import rows_of
@@ -461,27 +462,20 @@ class ChecklistJudge(Judge):
             ), None
         return Verdict(label, f"{why} from the server: read from the answer's text", self.source), None
 
+    @twin
     def yes_probabilities(
         self,
         reply: str,
         items: Sequence[ChecklistItem],
         history: Sequence[Mapping[str, str]] | None = None,
         rounds: bool = False,
-    ) -> list[tuple[Verdict, float | None]]:
-        """Probability mode's verdict and P(yes) of each item, one call per item (blocking)."""
-        dialogue = self._probability_dialogue(reply, items, history, rounds)
-        return converse(dialogue, lambda messages: self.client.chat(messages, **PROBABILITY_CALL))
+    ) -> Steps[list[tuple[Verdict, float | None]]]:
+        """Probability mode's verdict and P(yes) of each item, one call per item, in order (they share a cached prefix).
 
-    async def ayes_probabilities(
-        self,
-        reply: str,
-        items: Sequence[ChecklistItem],
-        history: Sequence[Mapping[str, str]] | None = None,
-        rounds: bool = False,
-    ) -> list[tuple[Verdict, float | None]]:
-        """Async twin of `yes_probabilities` (the items in order: they share a cached prefix)."""
+        `ayes_probabilities` awaits the calls.
+        """
         dialogue = self._probability_dialogue(reply, items, history, rounds)
-        return await aconverse(dialogue, lambda messages: self.client.achat(messages, **PROBABILITY_CALL))
+        return (yield from asking(dialogue, chat_call(self.client, **PROBABILITY_CALL)))
 
     def _probability_dialogue(
         self,
@@ -545,6 +539,7 @@ class ChecklistJudge(Judge):
         scaled = TOKENS_BASE + TOKENS_PER_ITEM * n
         return max(scaled, own) if isinstance(own, int) and not isinstance(own, bool) else scaled
 
+    @twin
     def judge(
         self,
         reply: str,
@@ -552,32 +547,19 @@ class ChecklistJudge(Judge):
         history: Sequence[Mapping[str, str]] | None = None,
         golden: str | None = None,
         rounds: bool = False,
-    ) -> list[Verdict]:
-        """One verdict per item, in order (no call for an empty list); `golden`, `rounds`: see `build_messages`."""
+    ) -> Steps[list[Verdict]]:
+        """One verdict per item, in order (no call for an empty list); `golden`, `rounds`: see `build_messages`.
+
+        `ajudge` awaits the calls.
+        """
         items = list(items)
         if self.mode == "probability":
             self._converse(reply, items, history, golden, rounds)  # the same argument checks
             self._no_golden(golden)
-            return [v for v, _ in self.yes_probabilities(reply, items, history, rounds=rounds)]
+            judged = yield from steps_of(self, "yes_probabilities", reply, items, history, rounds=rounds)
+            return [v for v, _ in judged]
         conversation = self._converse(reply, items, history, golden, rounds)
-        return self._run(conversation, max_tokens=self.answer_tokens(len(items)))
-
-    async def ajudge(
-        self,
-        reply: str,
-        items: Sequence[ChecklistItem],
-        history: Sequence[Mapping[str, str]] | None = None,
-        golden: str | None = None,
-        rounds: bool = False,
-    ) -> list[Verdict]:
-        """Async twin of `judge`."""
-        items = list(items)
-        if self.mode == "probability":
-            self._converse(reply, items, history, golden, rounds)
-            self._no_golden(golden)
-            return [v for v, _ in await self.ayes_probabilities(reply, items, history, rounds=rounds)]
-        conversation = self._converse(reply, items, history, golden, rounds)
-        return await self._arun(conversation, max_tokens=self.answer_tokens(len(items)))
+        return (yield from self._asking(conversation, max_tokens=self.answer_tokens(len(items))))
 
     def _no_golden(self, golden: str | None) -> None:
         if golden is not None:
@@ -586,7 +568,7 @@ class ChecklistJudge(Judge):
                 "judge.mode=plain or paper with env.judge_golden=true, or env.judge_golden=false"
             )
 
-    # Checks the arguments now, then hands back the Conversation (ifgym.llm.converse drives it).
+    # Checks the arguments now, then hands back the Conversation (`judge` asks it through `_asking`).
     def _converse(
         self,
         reply: str,

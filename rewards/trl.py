@@ -32,12 +32,13 @@ import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ifgym.core import ChecklistItem, Episode, TurnSpec
 from ifgym.core.constraints import Constraint
 from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
+from ifgym.llm.conversation import Call, Steps, arun_steps, run_steps, steps_of, twin
 from ifgym.rewards.checks import SEMANTICS, check
 from ifgym.rewards.rubric import turn_outcome
 
@@ -63,6 +64,8 @@ __all__ = [
 SCORERS = ("constraints", "checklist", "flexbench")
 
 REWARD_MODES = ("fraction", "all")
+
+_T = TypeVar("_T")
 
 
 class ConstraintReward:
@@ -138,6 +141,25 @@ def _logged(scored: Sequence[Scored], kwargs: Mapping[str, Any]) -> list[float |
         for group, (no, yes) in sorted(tally.items()):
             log(f"pass_rate/{group}", yes / (yes + no))
     return [reward for reward, _ in scored]
+
+
+def _each(steps: Sequence[Steps[_T]]) -> list[_T]:
+    """Run each of `steps` to its end, one after the other, each call blocking."""
+    return [run_steps(one) for one in steps]
+
+
+async def _together(steps: Sequence[Steps[_T]]) -> list[_T]:
+    """Run `steps` concurrently, each call awaited; the results in order."""
+    return list(await asyncio.gather(*(arun_steps(one) for one in steps)))
+
+
+class _Rewards:
+    """A reward whose `scored` is written with `twin` (it may await a judge): `call`, and `acall` from it."""
+
+    @twin
+    def call(self, completions: Sequence[Any], **kwargs: Any) -> Steps[list[float | None]]:
+        """The rewards `__call__` returns; `acall` awaits the judge's calls (what `AsyncReward` runs)."""
+        return _logged((yield from steps_of(self, "scored", completions, **kwargs)), kwargs)
 
 
 def _completion_text(completion: Any, index: int) -> str:
@@ -260,7 +282,7 @@ def _parse_checklist(raw: Any, index: int) -> tuple[ChecklistItem, ...]:
     return _parse_column(raw, index, "checklist", _checklist_from_string, _checklist_from_list)
 
 
-class ChecklistReward:
+class ChecklistReward(_Rewards):
     """TRL reward for StructFlow rows: the env's turn reward over the turn's checklist (`checklist` column).
 
     Items a rule decides (a rule-checkable constraint, or a question of a fixed form, see
@@ -328,29 +350,22 @@ class ChecklistReward:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score each completion against the checklist in the same row of `kwargs["checklist"]`."""
-        return _logged(self.scored(completions, **kwargs), kwargs)
+        return self.call(completions, **kwargs)
 
-    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
-        """Each completion's reward with the (item type, label) of every verdict behind it."""
+    @twin
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> Steps[list[Scored]]:
+        """Each completion's reward with the (item type, label) of every verdict behind it.
+
+        `ascored` runs the judge's calls for the batch concurrently; `scored` one after the other.
+        """
         scorer = self._scorer()
-        return [
-            self._reward(spec, scorer.score(text, spec, history)) if spec.checklist else (None, [])
-            for text, spec, history in self._rows(completions, kwargs)
-        ]
+        rows = [self._one(scorer, *row) for row in self._rows(completions, kwargs)]
+        return (yield Call(_each, _together, (rows,)))
 
-    async def ascored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
-        """Async twin of `scored`: the judge's calls for the batch run concurrently."""
-        scorer = self._scorer()
-        rows = self._rows(completions, kwargs)
-
-        async def one(text: str, spec: TurnSpec, history: list | None) -> Scored:
-            return self._reward(spec, await scorer.ascore(text, spec, history)) if spec.checklist else (None, [])
-
-        return list(await asyncio.gather(*(one(*row) for row in rows)))
-
-    async def acall(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """Async twin of `__call__`."""
-        return _logged(await self.ascored(completions, **kwargs), kwargs)
+    def _one(self, scorer: Any, text: str, spec: TurnSpec, history: list | None) -> Steps[Scored]:
+        if not spec.checklist:
+            return None, []
+        return self._reward(spec, (yield from steps_of(scorer, "score", text, spec, history)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,7 +475,7 @@ def scorer_of(episode: Episode) -> str:
     return task_of(episode).training_reward(episode)
 
 
-class TurnReward:
+class TurnReward(_Rewards):
     """TRL reward for rows of any env: each row goes to its env's reward by the row's `scorer` column.
 
     `constraints` → `ConstraintReward(mode="fraction", loose=loose)` (EvolIF's default turn
@@ -498,27 +513,25 @@ class TurnReward:
 
     def __call__(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         """Score each completion with the reward of its row's env."""
-        return _logged(self.scored(completions, **kwargs), kwargs)
+        return self.call(completions, **kwargs)
 
-    def scored(self, completions: Sequence[Any], **kwargs: Any) -> list[Scored]:
-        """Each completion's reward with the (group, label) of the verdicts behind it, from its row's reward."""
-        out: list[Scored] = [(None, [])] * len(completions)
-        for kind, idx in self._groups(completions, kwargs).items():
-            part = self.parts[kind].scored([completions[i] for i in idx], **self._subset(kwargs, idx, len(completions)))
-            for i, value in zip(idx, part, strict=True):
-                out[i] = value
-        return out
+    @twin
+    def scored(self, completions: Sequence[Any], **kwargs: Any) -> Steps[list[Scored]]:
+        """Each completion's reward with the (group, label) of the verdicts behind it, from its row's reward.
 
-    async def acall(self, completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """Async twin of `__call__` (the checklist judge's calls run concurrently)."""
+        `ascored` awaits the checklist judge's calls (they run concurrently).
+        """
         out: list[Scored] = [(None, [])] * len(completions)
         for kind, idx in self._groups(completions, kwargs).items():
             batch, columns = [completions[i] for i in idx], self._subset(kwargs, idx, len(completions))
             part = self.parts[kind]
-            values = await part.ascored(batch, **columns) if hasattr(part, "ascored") else part.scored(batch, **columns)
+            if hasattr(part, "ascored"):  # it may await a judge
+                values = yield from steps_of(part, "scored", batch, **columns)
+            else:  # rules only, no I/O
+                values = part.scored(batch, **columns)
             for i, value in zip(idx, values, strict=True):
                 out[i] = value
-        return _logged(out, kwargs)
+        return out
 
 
 class AsyncReward:

@@ -48,6 +48,7 @@ from ifgym.core.catalog import EMOTIONS, READER_AGES
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import Conversation
+from ifgym.llm.conversation import Steps, twin
 from ifgym.rewards.judge import History, Judge, Message, unanswered
 
 __all__ = [
@@ -560,16 +561,13 @@ class EvolIFJudge(Judge):
         )
         return [{"role": "system", "content": BLIND_SYSTEM_PROMPT}, {"role": "user", "content": body}]
 
-    def judge(self, reply: str, constraints: Sequence[Constraint], history: History = None) -> list[Verdict]:
-        """One verdict per constraint, in order (no call when `constraints` is empty)."""
-        return self._run(self._session(reply, constraints, history))
+    @twin
+    def judge(self, reply: str, constraints: Sequence[Constraint], history: History = None) -> Steps[list[Verdict]]:
+        """One verdict per constraint, in order (no call when `constraints` is empty); `ajudge` awaits the call."""
+        return (yield from self._asking(self._session(reply, constraints, history)))
 
-    async def ajudge(self, reply: str, constraints: Sequence[Constraint], history: History = None) -> list[Verdict]:
-        """Async twin of `judge`; same prompt and parsing, the call is awaited."""
-        return await self._arun(self._session(reply, constraints, history))
-
-    # A session is a Conversation (see ifgym.llm.converse): the sync and async entry points only
-    # differ in how they make the call. The checks run here, before the first call is asked for.
+    # A session is a Conversation (`judge` asks it through `_asking`). The checks run here, before the
+    # first call is asked for.
     def _session(self, reply: str, constraints: Sequence[Constraint], history: History) -> Conversation[list[Verdict]]:
         if not isinstance(reply, str):
             raise ConfigError(f"EvolIFJudge needs the reply as a str, got {type(reply).__name__}")

@@ -10,6 +10,7 @@ from typing import Any
 from ifgym.answers import defang, extract_json, item_number, item_problems, place
 from ifgym.core import TurnSpec, Verdict
 from ifgym.llm import Conversation
+from ifgym.llm.conversation import Steps, steps_of, twin
 from ifgym.rewards.flexbench.dimensions import Dimension, DimensionRule, DimensionSet, Message, Trace
 from ifgym.rewards.judge import Judge, quote_found, unplaced_note
 from ifgym.rewards.scorer import Scores
@@ -48,13 +49,11 @@ class RuleJudge:
 
     source = "rule"
 
-    def judge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
-        """One verdict per dimension, in the set's order."""
+    @twin
+    def judge(self, dims: DimensionSet, trace: Trace) -> Steps[list[Verdict]]:
+        """One verdict per dimension, in the set's order (no I/O: `ajudge` answers at once)."""
+        yield from ()  # no call: the rules decide
         return [self._one(d, trace) for d in dims.dimensions]
-
-    async def ajudge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
-        """Async twin of `judge` (no I/O)."""
-        return self.judge(dims, trace)
 
     def _one(self, d: Dimension, trace: Trace) -> Verdict:
         rule = d.rule
@@ -342,13 +341,10 @@ class LLMDimensionJudge(Judge):
                 verdicts.append(Verdict(label, reason, self.source))
         return verdicts
 
-    def judge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
-        """One verdict per dimension, in the set's order."""
-        return self._run(self._session(dims, trace))
-
-    async def ajudge(self, dims: DimensionSet, trace: Trace) -> list[Verdict]:
-        """Async twin of `judge`."""
-        return await self._arun(self._session(dims, trace))
+    @twin
+    def judge(self, dims: DimensionSet, trace: Trace) -> Steps[list[Verdict]]:
+        """One verdict per dimension, in the set's order; `ajudge` awaits the calls."""
+        return (yield from self._asking(self._session(dims, trace)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,10 +388,10 @@ class FlexBenchScorer:
     def _scores(self, verdicts: list[Verdict]) -> Scores:
         return Scores(verdicts, list(verdicts), list(self.dimensions.ids), [1.0] * len(verdicts))
 
-    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Verdicts for the dialogue `history` + `reply`, one per dimension (the spec's checklist lists them)."""
-        return self._scores(self.judge.judge(self.dimensions, self.trace(history, reply)))
+    @twin
+    def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Steps[Scores]:
+        """Verdicts for the dialogue `history` + `reply`, one per dimension (the spec's checklist lists them).
 
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """Async twin of `score`."""
-        return self._scores(await self.judge.ajudge(self.dimensions, self.trace(history, reply)))
+        `ascore` awaits the judge's calls.
+        """
+        return self._scores((yield from steps_of(self.judge, "judge", self.dimensions, self.trace(history, reply))))

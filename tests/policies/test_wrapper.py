@@ -194,6 +194,31 @@ def test_sync_and_async_turns_cost_the_same():
     assert strip(sync.costs[0]) == strip(asyn.costs[0])
 
 
+def test_a_wrapper_around_a_sync_only_policy_runs_its_act_blocking_or_in_a_worker_thread():
+    import threading
+
+    from ifgym.policies import Policy
+
+    class Echo(Policy):
+        """A user's policy with only `act`: `aact` is the base's (a worker thread)."""
+
+        threads: list[str] = []
+
+        def act(self, messages):
+            self.threads.append(threading.current_thread().name)
+            return messages[-1]["content"].upper()
+
+        @property
+        def usage(self):
+            return {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+
+    sync, asyn = Truncation(Echo(), k=1), Truncation(Truncation(Echo(), k=2), k=1)  # the second nests a wrapper
+    assert sync.act(THREE_TURNS) == asyncio.run(asyn.aact(THREE_TURNS)) == "QUESTION 3"
+    main = threading.current_thread().name
+    assert Echo.threads[0] == main and Echo.threads[1] != main
+    assert sync.costs[0].calls["base"] == asyn.costs[0].calls["base"] == asyn.base.costs[0].calls["base"] == 1
+
+
 def test_cost_summary_means_and_empty():
     policy = Truncation(ChatPolicy(CannedClient(["r s"])), k=None)
     policy.act([u(1)])

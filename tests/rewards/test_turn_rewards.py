@@ -101,6 +101,25 @@ def test_checklist_judge_answers_run_concurrently_under_trl_async_call():
     assert reward.__name__ == "ifgym_checklist_weighted_judged"
 
 
+def test_turn_reward_awaited_gives_the_blocking_rewards_with_the_judge_calls_concurrent():
+    answers = ['{"results": [{"item": 1, "judgement": "Yes"}]}', '{"results": [{"item": 1, "judgement": "No"}]}']
+    row = {
+        "scorer": ["checklist", "constraints", "checklist"],
+        "constraints": ["[]", json.dumps([{"id": "case.lower", "params": {}}]), "[]"],
+        "checklist": [checklist(RELATION), "[]", checklist(RELATION)],
+        "prompts": [[{"role": "user", "content": "Refine it."}]] * 3,
+    }
+    with judge_server(answers * 2) as srv:
+        srv.delay = 0.3
+        judge = ChecklistJudge(make_client({"base_url": srv.base_url, "model": "judge"}, "judge"))
+        blocking = TurnReward(judge)(["a", "B", "c"], **row)
+        assert srv.max_in_flight == 1  # the blocking form asks one row after the other
+        awaited = asyncio.run(AsyncReward(TurnReward(judge))(["a", "B", "c"], **row))
+        assert srv.max_in_flight > 1  # the awaited form asks the batch's rows together
+    assert blocking == [1.0, 0.0, 0.0]  # yes, lowercase broken, no
+    assert awaited[1] == 0.0 and sorted(awaited) == [0.0, 0.0, 1.0]  # the judge answers in the order it took the calls
+
+
 def test_unreadable_judge_answer_is_unknown_not_a_score():
     with judge_server(["I cannot tell."] * 3) as srv:
         judge = ChecklistJudge(make_client({"base_url": srv.base_url, "model": "judge"}, "judge"), max_retries=2)
