@@ -13,7 +13,7 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.rubric import VerdictRubric
-from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.structflow.judge import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.tasks import COMPOSITE
 
 RENDERERS = ("template", "llm")
@@ -138,7 +138,8 @@ class CompositeEnv(ChatEnv):
     ):
         from ifgym.rewards.composite import CompositeScorer
         from ifgym.rewards.evolif.scorer import EvolIFScorer
-        from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+        from ifgym.rewards.structflow.judge import ChecklistJudge
+        from ifgym.rewards.structflow.scorer import StructFlowScorer
         from ifgym.simulators.composite import CompositeUser
 
         UnknownNameError.check(

@@ -9,7 +9,7 @@ from ifgym.core import TurnRecord
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
-from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.structflow.judge import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.tasks import NTM
 
 JUDGES = ("rules", "llm")
@@ -93,7 +93,7 @@ class NTMEnv(ChatEnv):
         env_name: str | None = None,
     ):
         from ifgym.rewards.ntm import NTMRubric, NTMScorer
-        from ifgym.rewards.structflow import ChecklistJudge
+        from ifgym.rewards.structflow.judge import ChecklistJudge
         from ifgym.simulators.ntm import NTMUser, load_ntm
 
         UnknownNameError.check(("judge", judge, JUDGES), ("judge_mode", judge_mode, CHECKLIST_MODES))

@@ -11,7 +11,7 @@ from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.rubric import VerdictRubric
-from ifgym.rewards.structflow import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
+from ifgym.rewards.structflow.judge import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
 from ifgym.rewards.tasks import STRUCTFLOW
 
 CONTEXTS = ("golden", "own")
@@ -83,7 +83,7 @@ class StructFlowEnv(ChatEnv):
     out. A turn whose items are all unknown gets 0 with `info["reward_defined"]` False;
     `info["unknown"]` counts unknown items. A turn with an empty checklist gets 1 (nothing to
     fail), while the metrics follow the benchmark's script: CSR 0, ISR 1, WCSR 0 for such a turn.
-    `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns (see `ifgym.rewards.structflow`).
+    `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns (see `ifgym.rewards.structflow.metrics`).
 
     Replaying a dataset none of whose items carries a rule-checkable constraint (StructFlowBench's
     own file) with `judge="rules"` would leave every item unknown, every reward 0 and every metric
@@ -166,7 +166,8 @@ class StructFlowEnv(ChatEnv):
         render_mode: str | None = None,
         env_name: str | None = None,
     ):
-        from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+        from ifgym.rewards.structflow.judge import ChecklistJudge
+        from ifgym.rewards.structflow.scorer import StructFlowScorer
         from ifgym.simulators.structflow import (
             LLMDialogueGenerator,
             StructFlowUser,

@@ -354,7 +354,7 @@ def _judge(cfg: dict[str, Any]) -> Any:
     if cfg["judge"]["kind"] != "llm":
         return None
     from ifgym.llm import make_client
-    from ifgym.rewards.structflow import ChecklistJudge
+    from ifgym.rewards.structflow.judge import ChecklistJudge
 
     return ChecklistJudge(make_client(cfg["judge"]["llm"], "judge"))
 

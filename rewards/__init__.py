@@ -5,7 +5,7 @@ scores (constraints and their catalog, StructFlow's item types and weights, Evol
 format) is `ifgym.core`'s: import those from there. Import scoring's public names from here
 (`from ifgym.rewards import check, StructFlowScorer`). Each task's scorer and judge:
 EvolIF `EvolIFScorer`/`EvolIFJudge` (metrics: `summarize`, `group_pass_rates`, `survival_curve` are EvolIF's),
-StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.structflow.summarize`), FlexBench
+StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.structflow.metrics.summarize`), FlexBench
 `FlexBenchScorer`/`LLMDimensionJudge`/`DimensionSet` (the rest in `ifgym.rewards.flexbench`), NTM
 `NTMScorer`/`NTMRubric` with the checklist judge (TCR and ACT: `ifgym.rewards.ntm.summarize`). An env's own
 `summarize` always gives its task's metrics.
@@ -21,7 +21,8 @@ from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJ
 from ifgym.rewards.ntm import NTMRubric, NTMScorer
 from ifgym.rewards.rubric import Patience, turn_outcome
 from ifgym.rewards.scorer import Scores
-from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+from ifgym.rewards.structflow.judge import ChecklistJudge
+from ifgym.rewards.structflow.scorer import StructFlowScorer
 from ifgym.rewards.trl import ChecklistReward, ConstraintReward, EpisodeReturn, FlexBenchReward, TurnReward
 
 __getattr__ = lazy_submodules(__name__, __path__)  # submodules load on first attribute access

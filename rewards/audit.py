@@ -108,21 +108,22 @@ LABELS = ("yes", "no", "unknown")
 
 
 def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
-    from ifgym.rewards import flexbench, structflow
+    from ifgym.rewards import flexbench
     from ifgym.rewards.evolif import judge as evolif_judge
+    from ifgym.rewards.structflow import judge as structflow_judge
 
     return (
         {
             "evolif": evolif_judge.MODES,
-            "structflow": structflow.CHECKLIST_MODES,
+            "structflow": structflow_judge.CHECKLIST_MODES,
             "flexbench": flexbench.DIMENSION_MODES,
-            "structflow_real": structflow.CHECKLIST_MODES,
+            "structflow_real": structflow_judge.CHECKLIST_MODES,
         },
         {
             "evolif": evolif_judge.DEFAULT_MODE,
-            "structflow": structflow.DEFAULT_CHECKLIST_MODE,
+            "structflow": structflow_judge.DEFAULT_CHECKLIST_MODE,
             "flexbench": flexbench.DEFAULT_DIMENSION_MODE,
-            "structflow_real": structflow.DEFAULT_CHECKLIST_MODE,
+            "structflow_real": structflow_judge.DEFAULT_CHECKLIST_MODE,
         },
     )
 
@@ -516,7 +517,8 @@ def build_scorer(
 
         return EvolIFScorer(EvolIFJudge(client, mode=mode))
     if suite in ("structflow", "structflow_real"):
-        from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+        from ifgym.rewards.structflow.judge import ChecklistJudge
+        from ifgym.rewards.structflow.scorer import StructFlowScorer
 
         return StructFlowScorer(ChecklistJudge(client, mode=mode, **dict(judge_options or {})))
     from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge
@@ -623,7 +625,8 @@ def calibrate_on_real(
     """
     from tqdm.auto import tqdm
 
-    from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+    from ifgym.rewards.structflow.judge import ChecklistJudge
+    from ifgym.rewards.structflow.scorer import StructFlowScorer
 
     judge = ChecklistJudge(client, mode="probability")
     scorer = StructFlowScorer(judge)

@@ -34,9 +34,10 @@ from ifgym.rewards.evolif.metrics import summarize_rows as evolif_summarize_rows
 from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.metrics import rows_of
 from ifgym.rewards.scorer import Scores
-from ifgym.rewards.structflow import FIRST_TURN, StructFlowScorer, TurnRow
-from ifgym.rewards.structflow import episode_row as structflow_row
-from ifgym.rewards.structflow import summarize_rows as structflow_summarize_rows
+from ifgym.rewards.structflow.metrics import FIRST_TURN, TurnRow
+from ifgym.rewards.structflow.metrics import episode_row as structflow_row
+from ifgym.rewards.structflow.metrics import summarize_rows as structflow_summarize_rows
+from ifgym.rewards.structflow.scorer import StructFlowScorer
 
 __all__ = [
     "DEFINITIONS",

@@ -163,7 +163,7 @@ def prompt_rows(episodes: Iterable[Episode]) -> tuple[list[dict[str, Any]], Expo
             report.warnings.append(
                 f"{unscorable} of {len(rows)} rows hold nothing the reward can score without a judge (their items "
                 "need an LLM judge, or they have none): TurnReward() returns None for them. Give "
-                "ChecklistReward/TurnReward a judge (ifgym.rewards.structflow.ChecklistJudge), or drop those rows"
+                "ChecklistReward/TurnReward a judge (ifgym.rewards.structflow.judge.ChecklistJudge), or drop those rows"
             )
     return rows, report
 

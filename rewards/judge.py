@@ -2,7 +2,7 @@
 
 A judge asks a model about one reply (or one call's transcript) and returns one `Verdict` per item,
 `yes`, `no` or `unknown`. The three judges (`ifgym.rewards.evolif.judge.EvolIFJudge` for EvolIF's
-judged groups, `ifgym.rewards.structflow.ChecklistJudge` for StructFlow's checklists,
+judged groups, `ifgym.rewards.structflow.judge.ChecklistJudge` for StructFlow's checklists,
 `ifgym.rewards.flexbench.LLMDimensionJudge` for FlexBench's dimensions) each supply their prompts and
 how an answer becomes a label; this base supplies the rest, the same for all of them:
 

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 from ifgym.core import Episode
 from ifgym.core.tasks import Task
-from ifgym.rewards import composite, ntm, structflow
+from ifgym.rewards import composite, ntm
 from ifgym.rewards.evolif import metrics as evolif
 from ifgym.rewards.flexbench import report as flexbench
+from ifgym.rewards.structflow import metrics as structflow
 
 __all__ = ["COMPOSITE", "EVOLIF", "FLEXBENCH", "FLEXBENCH_PAPER", "NTM", "STRUCTFLOW"]
 

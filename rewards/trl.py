@@ -44,7 +44,7 @@ from ifgym.rewards.rubric import turn_outcome
 
 if TYPE_CHECKING:
     from ifgym.rewards.flexbench import DimensionSet
-    from ifgym.rewards.structflow import ChecklistJudge
+    from ifgym.rewards.structflow.judge import ChecklistJudge
 
 __all__ = [
     "SCORERS",
@@ -306,7 +306,8 @@ class ChecklistReward(_Rewards):
             raise ConfigError(f"ChecklistReward loose must be True or False, got {loose!r}")
         if judge is not None and not (hasattr(judge, "judge") and hasattr(judge, "ajudge")):
             raise ConfigError(
-                f"ChecklistReward judge must be a ChecklistJudge (ifgym.rewards.structflow) or None, got {judge!r}"
+                "ChecklistReward judge must be a ChecklistJudge (ifgym.rewards.structflow.judge) or None, "
+                f"got {judge!r}"
             )
         self.judge = judge
         self.mode = mode
@@ -317,7 +318,7 @@ class ChecklistReward(_Rewards):
         return f"ChecklistReward(judge={self.judge!r}, mode={self.mode!r}, loose={self.loose})"
 
     def _scorer(self) -> Any:
-        from ifgym.rewards.structflow import StructFlowScorer
+        from ifgym.rewards.structflow.scorer import StructFlowScorer
 
         return StructFlowScorer(self.judge)
 

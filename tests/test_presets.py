@@ -10,7 +10,7 @@ from support.paths import REPO
 
 from ifgym.core import ChecklistItem
 from ifgym.llm import CannedClient
-from ifgym.rewards.structflow import ChecklistJudge, parse_judgements
+from ifgym.rewards.structflow.judge import ChecklistJudge, parse_judgements
 
 spec = importlib.util.spec_from_file_location("bench_presets", REPO / "benchmarks" / "presets.py")
 presets = importlib.util.module_from_spec(spec)

@@ -195,7 +195,7 @@ def test_cohen_kappa_is_nan_where_undefined_and_refuses_unequal_lengths():
 
 
 def test_structflow_summary_ratios_by_hand_and_as_summarize_rows_on_every_draw():
-    from ifgym.rewards.structflow import TurnRow, summarize_rows, summary_ratios
+    from ifgym.rewards.structflow.metrics import TurnRow, summarize_rows, summary_ratios
 
     def turn(*items):  # (label, type, weight) per checklist item; none: an empty checklist
         labels, types, weights = zip(*items, strict=True) if items else ((), (), ())

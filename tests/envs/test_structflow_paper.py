@@ -26,7 +26,8 @@ from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
 from ifgym.rewards.audit import audit
 from ifgym.rewards.questions import question_rule
-from ifgym.rewards.structflow import PAPER_TASK, score_file, summarize
+from ifgym.rewards.structflow.judge import PAPER_TASK
+from ifgym.rewards.structflow.metrics import score_file, summarize
 from ifgym.runner.report import protocol_lines
 from ifgym.simulators.structflow import load_dataset
 

@@ -35,7 +35,7 @@ from ifgym.policies.graphif import (
     final_response,
 )
 from ifgym.policies.self_refine import FEEDBACK_SYSTEM, REVISE_SYSTEM
-from ifgym.rewards.structflow import ChecklistJudge
+from ifgym.rewards.structflow.judge import ChecklistJudge
 from ifgym.runner.report import policy_protocol_lines, results_table
 
 USERS = [

@@ -13,7 +13,7 @@ from support.canned_server import CannedServer
 from ifgym.cli import main
 from ifgym.llm import CannedClient
 from ifgym.rewards.audit import REAL_FLOOR, REAL_PATH, audit, format_report, load_real, probes
-from ifgym.rewards.structflow import StructFlowScorer
+from ifgym.rewards.structflow.scorer import StructFlowScorer
 
 REAL = load_real()
 MODELS = REAL["sampling"]["models"]

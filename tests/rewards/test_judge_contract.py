@@ -21,7 +21,7 @@ from ifgym.llm import CannedClient
 from ifgym.rewards.evolif.judge import EvolIFJudge
 from ifgym.rewards.flexbench import LLMDimensionJudge, load_dimensions
 from ifgym.rewards.judge import Judge
-from ifgym.rewards.structflow import ChecklistJudge
+from ifgym.rewards.structflow.judge import ChecklistJudge
 
 REPLY = "Hello there, little friends! Today we learn about the sea."
 HISTORY = [{"role": "user", "content": "Write something cheerful about the sea for children."}]

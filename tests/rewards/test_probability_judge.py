@@ -21,7 +21,7 @@ from ifgym.errors import ConfigError
 from ifgym.llm import Completion, make_client
 from ifgym.llm.cache import CallCache
 from ifgym.rewards.audit import audit, calibrate_on_real, calibrate_threshold
-from ifgym.rewards.structflow import ChecklistJudge
+from ifgym.rewards.structflow.judge import ChecklistJudge
 
 ITEMS = [
     ChecklistItem("q1", "Does the response say the sky is blue?", "Content Constraint"),

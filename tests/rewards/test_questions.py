@@ -7,7 +7,8 @@ import pytest
 from ifgym.core import ChecklistItem, TurnSpec
 from ifgym.llm import CannedClient
 from ifgym.rewards.questions import question_rule
-from ifgym.rewards.structflow import ChecklistJudge, StructFlowScorer
+from ifgym.rewards.structflow.judge import ChecklistJudge
+from ifgym.rewards.structflow.scorer import StructFlowScorer
 
 TEN = "One two three four five six seven eight nine ten."  # 10 words, 1 sentence
 STATE = "A state-of-the-art, well-known tool."  # 4 words as a reader counts them (hyphenated words are one)

@@ -19,14 +19,9 @@ from ifgym.core.structflow import TYPE_WEIGHTS
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import CannedClient, LLMConfig
 from ifgym.policies import ScriptedPolicy
-from ifgym.rewards.structflow import (
-    ChecklistJudge,
-    StructFlowScorer,
-    TurnRow,
-    compute_metrics,
-    parse_judgements,
-    score_file,
-)
+from ifgym.rewards.structflow.judge import ChecklistJudge, parse_judgements
+from ifgym.rewards.structflow.metrics import TurnRow, compute_metrics, score_file
+from ifgym.rewards.structflow.scorer import StructFlowScorer
 from ifgym.runner.rollout import rollout
 from ifgym.simulators.structflow import DATASETS
 

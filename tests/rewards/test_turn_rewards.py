@@ -23,7 +23,7 @@ from ifgym.llm import make_client
 from ifgym.policies import ScriptedPolicy
 from ifgym.rewards.export import prompt_rows
 from ifgym.rewards.flexbench import load_dimensions
-from ifgym.rewards.structflow import ChecklistJudge
+from ifgym.rewards.structflow.judge import ChecklistJudge
 from ifgym.rewards.trl import (
     AsyncReward,
     ChecklistReward,

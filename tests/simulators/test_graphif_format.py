@@ -16,7 +16,7 @@ import pytest
 import ifgym  # noqa: F401
 from ifgym.errors import DataFormatError
 from ifgym.llm import CannedClient
-from ifgym.rewards.structflow import dialogue_metrics, summarize
+from ifgym.rewards.structflow.metrics import dialogue_metrics, summarize
 from ifgym.simulators.structflow import load_dataset
 
 STORY = "Here is a story. A fox found a bell in the snow and rang it until the village woke."

@@ -6,9 +6,9 @@ comparing the system message with the constant the code sends keeps the doubles 
 
 from __future__ import annotations
 
-from ifgym.rewards import structflow
 from ifgym.rewards.evolif import judge as evolif_judge
 from ifgym.rewards.flexbench import judges as flexbench_judges
+from ifgym.rewards.structflow import judge as structflow
 from ifgym.simulators.evolif import render
 from ifgym.simulators.flexbench import callers, ending, personas
 
