@@ -12,7 +12,7 @@ from typing import Any
 from ifgym.core import Episode, TurnRecord, Verdict
 from ifgym.core.tasks import recorded_user_meta
 from ifgym.errors import DataFormatError
-from ifgym.rewards.flexbench.dimensions import DimensionSet
+from ifgym.rewards.flexbench.dimensions import DIMENSIONS_SUFFIX, DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
 from ifgym.rewards.metrics import rows_of
 
@@ -438,7 +438,7 @@ def write_report(
 ) -> dict[str, Path]:
     """Write one SOP's per-dimension table (CSV) and, with `plots`, its heatmap (PNG) into `folder`.
 
-    The CLI calls this (through `FlexBenchEnv.write_report`) after `ifgym eval`; call it yourself
+    The CLI calls this (through the task's `report_sections`) after `ifgym eval`; call it yourself
     on episodes read back with `ifgym.runner.rollout.read_episodes`. To compare runs, pass several
     corpora to `heatmap_matrix` / `plot_heatmap`, and two seeds' corpora to `consistency`.
     Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`); `subtitle`
@@ -460,4 +460,21 @@ def write_report(
         out["heatmap"] = plot_heatmap(
             heatmap_matrix({name: episodes}), folder / "flexbench_heatmap.png", title, subtitle
         )
+    return out
+
+
+def report_sections(
+    episodes: Sequence[Episode], folder: str | Path, *, plots: bool = True, subtitle: str = ""
+) -> dict[str, Path]:
+    """FlexBench's files beside a run's summary (the task's `report_sections`): `write_report` for the run's SOP.
+
+    When the run built its dimension set (env.dimensions=build: the episodes record
+    `meta["flexbench"]["dimensions_built"]`), the set is saved beside them too, as
+    `<sop>.dimensions.json` ("dimensions"), for review.
+    """
+    meta = episodes[0].meta.get("flexbench", {}) if episodes else {}
+    name = meta.get("sop", "run")
+    out = write_report(episodes, folder, name=name, plots=plots, subtitle=subtitle)
+    if meta.get("dimensions_built"):
+        out["dimensions"] = episode_dimensions(episodes[0]).save(Path(folder) / f"{name}{DIMENSIONS_SUFFIX}")
     return out
