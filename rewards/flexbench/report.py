@@ -371,32 +371,25 @@ def plot_heatmap(
     One row per dimension, labelled with its id and a short form of its SOP clause; one column per
     corpus; n/a cells grey and labelled.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig = heatmap_figure(matrix, title, subtitle)
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.savefig(path, dpi=120)  # a bare Figure renders with Agg; nothing to close (pyplot never held it)
     return path
 
 
 def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") -> Any:
     """The matplotlib Figure `plot_heatmap` saves (dimensions down, corpora across)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure  # not pyplot: its import and figure registry are not needed to save a PNG
 
     values = np.array(matrix["values"], dtype=float).T  # dimensions as rows: their labels read horizontally
     masked = np.ma.masked_invalid(values)
-    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#d0d0d0")  # n/a cells grey
+    cmap = colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")  # n/a cells grey
     dims = matrix.get("labels") or matrix["columns"]
     corpora = matrix["rows"]
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    fig = Figure(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    ax = fig.subplots()
     image = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_yticks(range(len(dims)), dims, fontsize=8)
     ax.set_xticks(range(len(corpora)), corpora, rotation=30, ha="right")
@@ -406,6 +399,7 @@ def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") ->
     fig.colorbar(image, ax=ax, label="yes / (yes + no)")
     ax.set_title("\n".join(textwrap.wrap(title, 70) + textwrap.wrap(subtitle, 70)), fontsize=9)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # tight_layout leaves a placeholder engine, and with one savefig draws to lay out
     return fig
 
 
