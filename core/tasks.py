@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ifgym.core.turns import Episode, TurnRecord
@@ -49,6 +50,11 @@ class Task:
     is a scripted first assistant message the policy saw (None: none); `turn_reward(episode, turn)`
     a task's own per-turn reward for the exports (None: the recorded turn reward).
 
+    Report: `report_sections(episodes, folder, plots=…, subtitle=…)` writes the task's own files
+    beside a run's summary (FlexBench: the per-dimension table, its heatmap with `plots`) and
+    returns name -> path; `ifgym eval` calls it after a run with the run's folder and title
+    (None: the task has no files of its own).
+
     Rescoring: `user_meta(episode, at)` is what the task's user contributed to the episode's meta
     (its `episode_meta()`) after answering turn `at`, read back from the record, so a rescored
     episode records it unchanged (`ifgym rescore`; by default `recorded_user_meta`).
@@ -68,6 +74,7 @@ class Task:
     judge_suite: str | None = None
     opening_line: Callable[[Episode], str | None] | None = None
     turn_reward: Callable[[Episode, TurnRecord], float | None] | None = None
+    report_sections: Callable[..., dict[str, Path]] | None = None
     user_meta: Callable[[Episode, int], dict[str, Any]] = recorded_user_meta
 
 

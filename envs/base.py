@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Generator, Sequence
-from pathlib import Path
+from collections.abc import Generator
 from typing import Any
 
 import gymnasium as gym
@@ -293,16 +292,6 @@ class ChatEnv(gym.Env[list, str]):
     def protocol(self) -> dict[str, Any]:
         """What a run of this env measures: its settings, and `deviations` from the paper's protocol (envs override)."""
         return {"env_id": self.env_name, "patience": self.patience.full, "max_turns": self.max_turns, "deviations": []}
-
-    def write_report(
-        self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
-    ) -> dict[str, Path]:
-        """Files of the env's own beside a run's summary (FlexBench: the per-dimension table); none by default.
-
-        `ifgym eval` calls this after a run with the run's folder (and the run's title as `subtitle`);
-        returns name -> path.
-        """
-        return {}
 
     # --- rendering -----------------------------------------------------------------------------
     def render(self) -> str | None:

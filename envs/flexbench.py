@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ifgym.core import Episode, TurnRecord, TurnSpec
+from ifgym.core import TurnRecord, TurnSpec
 from ifgym.envs.base import ChatEnv
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
@@ -29,7 +29,6 @@ from ifgym.rewards.flexbench import (
     build_dimensions,
     fingerprint,
     load_dimensions,
-    write_report,
 )
 from ifgym.rewards.tasks import FLEXBENCH, FLEXBENCH_PAPER
 from ifgym.simulators.flexbench import SOP_DIR, LLMUser, ScriptedUser, assistant_closed, load_sop
@@ -283,6 +282,8 @@ class FlexBenchEnv(ChatEnv):
         }
         if self.metrics != "ifgym":  # recorded only when not the default, so earlier episodes keep their form
             self._episode.meta["flexbench"]["metrics"] = self.metrics
+        if self.dimensions_built:  # the run's report saves the set it built beside the summary (likewise)
+            self._episode.meta["flexbench"]["dimensions_built"] = True
 
     def protocol(self) -> dict[str, Any]:
         """The env's settings; with `metrics="paper"` also each way a run differs from the FlexBench paper's."""
@@ -356,20 +357,7 @@ class FlexBenchEnv(ChatEnv):
         """The caller's turn spec with the dimensions as its checklist: what every judged turn is scored against."""
         return dataclasses.replace(spec, checklist=self.dimensions.checklist())
 
-    # --- report and rendering ------------------------------------------------------------------
-    def write_report(
-        self, episodes: Sequence[Episode], folder: str | Path, plots: bool = True, subtitle: str = ""
-    ) -> dict[str, Path]:
-        """Per-dimension table (CSV), heatmap (PNG, with `plots`) and, when built here, the dimension file.
-
-        `ifgym eval` calls this after a run with the run's folder (and the run's title as `subtitle`);
-        returns name -> path.
-        """
-        out = write_report(episodes, folder, name=self.sop.name, plots=plots, subtitle=subtitle)
-        if self.dimensions_built:
-            out["dimensions"] = self.dimensions.save(Path(folder) / f"{self.sop.name}{DIMENSIONS_SUFFIX}")
-        return out
-
+    # --- rendering ---------------------------------------------------------------------------
     def _render_lines(self) -> list[str]:
         """The call so far, then the latest per-dimension labels and scores."""
         lines = [f"[opening] ASSISTANT: {self.sop.opening_line}", *super()._render_lines()]

@@ -76,6 +76,7 @@ FLEXBENCH = Task(
     opening_line=flexbench.opening_line,  # the policy saw the SOP's opening line before the caller spoke
     turn_reward=flexbench.turn_reward,
     user_meta=flexbench.caller_meta,  # the caller keeps a patience of its own
+    report_sections=flexbench.report_sections,  # the per-dimension table and heatmap
 )
 # env=flexbench_paper: the run's results table leads with the paper's equations (6) and (7)
 FLEXBENCH_PAPER = replace(

@@ -413,6 +413,12 @@ def _subtitle(summary: dict[str, Any]) -> str:
     return run_title(summary) if summary.get("run") else count(summary.get("episodes", "?"), "episode")
 
 
+def fit_layout(fig: Any) -> None:
+    """Lay `fig` out tightly once, for good: no layout engine stays behind to make `savefig` draw it twice."""
+    fig.tight_layout()
+    fig.set_layout_engine(None)  # tight_layout leaves a placeholder engine, and with one savefig draws to lay out
+
+
 def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
     """The survival curve as a matplotlib Figure: a step line over whole turns, titled with what was measured."""
     from matplotlib.figure import Figure  # not pyplot: its import and figure registry cost ~0.2 s, unused here
@@ -426,7 +432,7 @@ def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # turns are whole numbers
     ax.set_title(wrap_title(f"Survival\n{subtitle}", fig), fontsize=10)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
+    fit_layout(fig)
     return fig
 
 
@@ -451,16 +457,19 @@ def group_figure(
         heights = [0.0 if math.isnan(v) else v for v in values]
         bars = ax.bar(xs, heights, width=width, label=mode, color=f"C{m}", edgecolor=f"C{m}", linewidth=1.5)
         ci = intervals.get(mode, {})
-        for x, g, v in zip(xs, groups, values, strict=True):
-            if g in ci and not math.isnan(v):
-                ax.errorbar([x], [v], yerr=[[v - ci[g][0]], [ci[g][1] - v]], fmt="none", ecolor="black", capsize=3)
+        known = [(x, g, v) for x, g, v in zip(xs, groups, values, strict=True) if g in ci and not math.isnan(v)]
+        if known:  # one errorbar call for the mode's bars, not one per bar: each call builds its own artists
+            below = [v - ci[g][0] for _, g, v in known]
+            above = [ci[g][1] - v for _, g, v in known]
+            bar_xs, bar_values = [x for x, _, _ in known], [v for _, _, v in known]
+            ax.errorbar(bar_xs, bar_values, yerr=[below, above], fmt="none", ecolor="black", capsize=3)
         ax.bar_label(bars, labels=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], padding=2, fontsize=8)
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
     ax.set(ylabel="pass rate", ylim=(-0.03, 1.12))  # below 0 so that a bar at 0 shows as a line
     ax.axhline(0, color="grey", linewidth=0.5)
     ax.set_title(wrap_title(f"Pass rate per {what}\n{subtitle}", fig), fontsize=10)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # outside: never over a bar's label
-    fig.tight_layout()
+    fit_layout(fig)
     return fig
 
 
@@ -625,5 +634,5 @@ def comparison_figure(
     levels = {(s.get("ci_settings") or {}).get("level") for s in summaries.values()} - {None}
     bars = f"bars: {levels.pop():.0%} bootstrap intervals" if len(levels) == 1 else "no intervals"
     fig.suptitle(wrap_title(f"{title} ({mode}; {bars})", fig), fontsize=10)
-    fig.tight_layout()
+    fit_layout(fig)
     return fig

@@ -129,8 +129,9 @@ def report_run(
     charts = chart_data(tally, summary)
     files = shard is None and resolved["plots"] and not quiet and finished
     plots = write_plots(tally, summary, out.parent) if files else {}
-    if shard is None and not quiet and finished:  # the env's own files (FlexBench: the dimension table)
-        plots.update(env.write_report(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary)))
+    if shard is None and not quiet and finished and task.report_sections is not None:  # FlexBench: the dimension table
+        sections = task.report_sections(episodes, out.parent, plots=resolved["plots"], subtitle=run_title(summary))
+        plots.update(sections)
     summary_path = out.parent / (shard.file(Path("summary.json")).name if shard is not None else "summary.json")
     write_summary(summary, summary_path)
     facts = {k: v for k, v in ending.items() if k != "status"}

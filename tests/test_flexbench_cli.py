@@ -112,6 +112,7 @@ def test_eval_with_plots_off_still_writes_the_table_but_no_heatmap(tmp_path):
     args = ["eval", "env=flexbench", "policy=scripted", "episodes=2", f"output={out}", "progress=false", "plots=false"]
     assert main(args) == 0
     assert (tmp_path / "flexbench_dimensions.csv").is_file() and not (tmp_path / "flexbench_heatmap.png").exists()
+    assert not list(tmp_path.glob("*.dimensions.json"))  # the shipped set was not built here: no copy beside the run
 
 
 def test_flexbench_dimensions_command_builds_and_saves_a_reviewable_file(tmp_path, capsys):

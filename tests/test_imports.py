@@ -273,6 +273,7 @@ TASK_ATTRIBUTES = frozenset(
         "judge_suite",
         "loose_metrics",
         "write_report",
+        "report_sections",
     }
 )
 

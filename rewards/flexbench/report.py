@@ -12,7 +12,7 @@ from typing import Any
 from ifgym.core import Episode, TurnRecord, Verdict
 from ifgym.core.tasks import recorded_user_meta
 from ifgym.errors import DataFormatError
-from ifgym.rewards.flexbench.dimensions import DimensionSet
+from ifgym.rewards.flexbench.dimensions import DIMENSIONS_SUFFIX, DimensionSet
 from ifgym.rewards.flexbench.gating import FlexScores, format_rate, gate
 from ifgym.rewards.metrics import rows_of
 
@@ -371,32 +371,25 @@ def plot_heatmap(
     One row per dimension, labelled with its id and a short form of its SOP clause; one column per
     corpus; n/a cells grey and labelled.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig = heatmap_figure(matrix, title, subtitle)
     path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fig.savefig(path, dpi=120)  # a bare Figure renders with Agg; nothing to close (pyplot never held it)
     return path
 
 
 def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") -> Any:
     """The matplotlib Figure `plot_heatmap` saves (dimensions down, corpora across)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure  # not pyplot: its import and figure registry are not needed to save a PNG
 
     values = np.array(matrix["values"], dtype=float).T  # dimensions as rows: their labels read horizontally
     masked = np.ma.masked_invalid(values)
-    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="#d0d0d0")  # n/a cells grey
+    cmap = colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")  # n/a cells grey
     dims = matrix.get("labels") or matrix["columns"]
     corpora = matrix["rows"]
-    fig, ax = plt.subplots(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    fig = Figure(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    ax = fig.subplots()
     image = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_yticks(range(len(dims)), dims, fontsize=8)
     ax.set_xticks(range(len(corpora)), corpora, rotation=30, ha="right")
@@ -406,6 +399,7 @@ def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") ->
     fig.colorbar(image, ax=ax, label="yes / (yes + no)")
     ax.set_title("\n".join(textwrap.wrap(title, 70) + textwrap.wrap(subtitle, 70)), fontsize=9)
     fig.tight_layout()
+    fig.set_layout_engine(None)  # tight_layout leaves a placeholder engine, and with one savefig draws to lay out
     return fig
 
 
@@ -438,7 +432,7 @@ def write_report(
 ) -> dict[str, Path]:
     """Write one SOP's per-dimension table (CSV) and, with `plots`, its heatmap (PNG) into `folder`.
 
-    The CLI calls this (through `FlexBenchEnv.write_report`) after `ifgym eval`; call it yourself
+    The CLI calls this (through the task's `report_sections`) after `ifgym eval`; call it yourself
     on episodes read back with `ifgym.runner.rollout.read_episodes`. To compare runs, pass several
     corpora to `heatmap_matrix` / `plot_heatmap`, and two seeds' corpora to `consistency`.
     Returns {"dimension_table": path, "heatmap": path} (the heatmap only with `plots`); `subtitle`
@@ -460,4 +454,21 @@ def write_report(
         out["heatmap"] = plot_heatmap(
             heatmap_matrix({name: episodes}), folder / "flexbench_heatmap.png", title, subtitle
         )
+    return out
+
+
+def report_sections(
+    episodes: Sequence[Episode], folder: str | Path, *, plots: bool = True, subtitle: str = ""
+) -> dict[str, Path]:
+    """FlexBench's files beside a run's summary (the task's `report_sections`): `write_report` for the run's SOP.
+
+    When the run built its dimension set (env.dimensions=build: the episodes record
+    `meta["flexbench"]["dimensions_built"]`), the set is saved beside them too, as
+    `<sop>.dimensions.json` ("dimensions"), for review.
+    """
+    meta = episodes[0].meta.get("flexbench", {}) if episodes else {}
+    name = meta.get("sop", "run")
+    out = write_report(episodes, folder, name=name, plots=plots, subtitle=subtitle)
+    if meta.get("dimensions_built"):
+        out["dimensions"] = episode_dimensions(episodes[0]).save(Path(folder) / f"{name}{DIMENSIONS_SUFFIX}")
     return out

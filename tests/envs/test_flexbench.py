@@ -22,6 +22,7 @@ from support.flexbench_agents import (
 from support.prompts import prompt_kind
 
 import ifgym  # noqa: F401  (registers the env ids)
+from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import CannedClient, make_client
 from ifgym.rewards.flexbench import episode_scores, fingerprint, load_dimensions, summarize
@@ -450,9 +451,10 @@ def test_built_dimensions_are_built_once_per_sop_and_model_and_saved(tmp_path):
     assert envs[0].unwrapped.dimensions is envs[2].unwrapped.dimensions
     saved = load_dimensions(str(out))
     assert saved == envs[0].unwrapped.dimensions and not saved.reviewed
-    # after a run the env's report saves the built file next to the run too (what `ifgym eval` calls)
+    # after a run the task's report sections save the built file next to the run too (what `ifgym eval` calls)
     episode = rollout(envs[0], Policy(CarelessAgent(["Are you in charge?"])), seed=0)
-    files = envs[0].unwrapped.write_report([episode], tmp_path / "run", plots=False)
+    assert episode.meta["flexbench"]["dimensions_built"] is True
+    files = task_of(episode).report_sections([episode], tmp_path / "run", plots=False)
     assert load_dimensions(str(files["dimensions"])) == saved and files["dimension_table"].is_file()
     assert "heatmap" not in files
     other = CannedClient(lambda m: answer(m) or "{}", role="judge", model="another-model")

@@ -9,6 +9,7 @@ import math
 import gymnasium as gym
 import matplotlib
 import pytest
+from matplotlib.container import ErrorbarContainer
 
 import ifgym  # noqa: F401
 from ifgym.policies import ScriptedPolicy
@@ -113,6 +114,44 @@ def test_group_plot_of_a_run_shows_its_intervals(tmp_path):
     assert data["group_intervals"]["strict"] == {g: [0.0, 0.0] for g in groups}
     paths = write_plots(RunTally.of(episodes), summary, tmp_path)
     assert paths["group_plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def _draws_when_saved(fig, tmp_path):
+    """How many times `savefig` draws `fig` (a figure with a layout engine set is drawn once more to lay it out)."""
+    draws = []
+    draw = fig.draw
+    fig.draw = lambda renderer: draws.append(1) or draw(renderer)
+    fig.savefig(tmp_path / "figure.png", dpi=120)
+    return len(draws)
+
+
+def test_every_report_figure_is_drawn_once_when_saved(tmp_path):
+    rates = {"strict": {"length": 0.5, "format": 0.0}, "loose": {"length": 0.75, "format": math.nan}}
+    summaries = {"a": {"strict": {"ISR": 0.5}, "ci": {"strict": {"ISR": [0.25, 0.75]}}}}
+    env = gym.make("ifgym/FlexBench-v0", sop="merchant_onboarding").unwrapped
+    flexbench = [rollout(env, ScriptedPolicy(["Hello, thanks for calling. Goodbye."]), seed=0)]
+    figures = [
+        group_figure(rates, {}, "run"),
+        survival_figure([(0, 1.0), (1, 0.5)], "run"),
+        comparison_figure(summaries, ["ISR"], title="runs"),
+        heatmap_figure(heatmap_matrix({"scripted": flexbench}), "FlexBench", "run"),
+    ]
+    assert [_draws_when_saved(fig, tmp_path) for fig in figures] == [1, 1, 1, 1]
+
+
+def test_group_plot_error_bars_span_each_interval():
+    rates = {"strict": {"a": 0.5, "b": 0.25, "c": math.nan}, "loose": {"a": 0.75, "b": 0.5, "c": 0.1}}
+    intervals = {"strict": {"a": [0.4, 0.6], "b": [0.1, 0.3], "c": [0.0, 0.2]}, "loose": {"a": [0.7, 0.9]}}
+    ax = group_figure(rates, intervals, "run").axes[0]
+    spans = sorted(
+        (round(float(segment[0][1]), 6), round(float(segment[1][1]), 6))
+        for container in ax.containers
+        if isinstance(container, ErrorbarContainer)
+        for collection in container.lines[2]
+        for segment in collection.get_segments()
+    )
+    # every interval of a group with a rate, none for strict "c" (no rate: n/a) or loose "b" and "c" (no interval)
+    assert spans == [(0.1, 0.3), (0.4, 0.6), (0.7, 0.9)]
 
 
 def test_flexbench_heatmap_rows_are_named_by_their_sop_clause():
