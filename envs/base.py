@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 import gymnasium as gym
