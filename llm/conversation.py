@@ -360,15 +360,24 @@ class twin:  # noqa: N801 - used as a decorator, like property
 
 
 def steps_of(obj: Any, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
-    """The Steps of `obj.<name>(…)`: its own when it was written with `twin`, else one Call of `name`/`a<name>`."""
+    """The Steps of `obj.<name>(…)`: its own when it was written with `twin`, else one Call of `name`/`a<name>`.
+
+    An instance's own `name` or `a<name>` (a spy set on it, say) is called, not passed by: one Call then.
+    """
     steps = getattr(getattr(type(obj), name, None), "__steps__", None)
-    if steps is not None:
+    if steps is not None and not _set_on(obj, name):
         return steps(obj, *args, **kwargs)
     return _one(Call.of(obj, name, *args, **kwargs))
 
 
 def _one(call: Call) -> Steps[Any]:
     return (yield call)
+
+
+def _set_on(obj: Any, name: str) -> bool:
+    """Whether `obj` itself (not its class) holds `name` or `a<name>`."""
+    own = getattr(obj, "__dict__", None)
+    return bool(own) and (name in own or "a" + name in own)
 
 
 class CannedClient:
