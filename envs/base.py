@@ -1,14 +1,15 @@
 """The dialogue env every ifgym task shares: a simulated user speaks, the policy replies, a scorer judges.
 
 Subclasses build a `UserSimulator`, a `TurnScorer` and (unless the default `VerdictRubric` serves)
-a `Rubric`; this class owns the one turn loop, the spaces, the episode record and the sync/async step.
+a `Rubric`; this class owns the one turn loop, the spaces, the episode record and the step, written once
+for sync and async (`twin`).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn
 from ifgym.core.tasks import Task
 from ifgym.envs.spaces import ChatSpace, ReplySpace
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
+from ifgym.llm.conversation import steps_of, twin
 from ifgym.rewards.rubric import Ending, Patience, Rubric, VerdictRubric
 from ifgym.rewards.scorer import TurnScorer
 from ifgym.simulators.base import UserSimulator
@@ -171,17 +173,12 @@ class ChatEnv(gym.Env[list, str]):
     def _record_start(self) -> None:
         """Record what the user's reset decided (persona, dialogue …) in the episode's meta; nothing by default."""
 
+    @twin
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Start a dialogue; the observation ends with the user's first turn."""
+        """Start a dialogue; the observation ends with the user's first turn (`areset` awaits an LLM user)."""
         options = self._reset_options(seed, options)
         self._begin(seed)
-        return self._first_turn(self.user.reset(self.np_random, options))
-
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        """Async twin of `reset` (an LLM user renders without blocking the event loop)."""
-        options = self._reset_options(seed, options)
-        self._begin(seed)
-        return self._first_turn(await self.user.areset(self.np_random, options))
+        return self._first_turn((yield from steps_of(self.user, "reset", self.np_random, options)))
 
     # --- step ----------------------------------------------------------------------------------
     def _validate(self, action: Any) -> str:
@@ -207,19 +204,20 @@ class ChatEnv(gym.Env[list, str]):
     def _record_end(self) -> None:
         """Record what only the end of the dialogue tells in the episode's meta; nothing by default."""
 
-    def _play(self, reply: str) -> Generator[tuple[str, tuple], Any, None]:
-        """One turn's bookkeeping, written once for `step` and `astep`.
+    @twin
+    def step(self, action: str):
+        """Score the reply, grade it with the rubric, let the user speak again (unless the dialogue ends).
 
-        It yields what it needs from outside, ("score", scorer arguments) and ("next", user
-        arguments), which the driver answers with the sync or the async call, and last ("done", the
-        step's result).
+        Written once: the scorer and the user are reached through their Steps (`steps_of`), which
+        `step` makes blocking and `astep` awaits (the judge and an LLM user).
         """
+        reply = self._validate(action)
         turn, rubric = self._turn, self.rubric
         history = list(self._messages)  # up to and including the user's request this reply answers
         spec = self._scoring_spec(turn.spec)
         scores = grade = None
         if self.user_sees_verdicts:
-            scores = yield "score", (reply, spec, history)
+            scores = yield from steps_of(self.scorer, "score", reply, spec, history)
             grade = rubric.grade(scores)
         self._messages.append({"role": "assistant", "content": self._history_reply(reply)})
         info = self._turn_info()
@@ -227,11 +225,15 @@ class ChatEnv(gym.Env[list, str]):
         ending = rubric.end(reply, last)
         nxt = None
         if ending is None:
-            nxt = yield "next", (self._messages, scores.strict if self.user_sees_verdicts else [])
+            nxt = yield from steps_of(
+                self.user, "next", self._messages, scores.strict if self.user_sees_verdicts else []
+            )
             if nxt is None:
                 ending = Ending(self.user.end_reason)
         if grade is None:
-            scores = (yield "score", (reply, spec, history)) if rubric.judges(ending) else None
+            scores = (
+                (yield from steps_of(self.scorer, "score", reply, spec, history)) if rubric.judges(ending) else None
+            )
             grade = rubric.grade(scores)
         if ending is not None:
             grade = rubric.close(grade, ending)
@@ -262,23 +264,7 @@ class ChatEnv(gym.Env[list, str]):
             self._episode.done_reason = ending.reason
             self._record_end()
         truncated = ending is not None and ending.truncated
-        yield "done", (list(self._messages), grade.reward, ending is not None and not truncated, truncated, info)
-
-    def step(self, action: str):
-        """Score the reply, grade it with the rubric, let the user speak again (unless the dialogue ends)."""
-        play = self._play(self._validate(action))
-        what, args = next(play)
-        while what != "done":
-            what, args = play.send(self.scorer.score(*args) if what == "score" else self.user.next(*args))
-        return args
-
-    async def astep(self, action: str):
-        """Async twin of `step` (judge and LLM user awaited)."""
-        play = self._play(self._validate(action))
-        what, args = next(play)
-        while what != "done":
-            what, args = play.send(await (self.scorer.ascore(*args) if what == "score" else self.user.anext(*args)))
-        return args
+        return list(self._messages), grade.reward, ending is not None and not truncated, truncated, info
 
     def _next_turn_info(self) -> dict[str, Any]:
         nxt = self._turn_info()

@@ -359,16 +359,47 @@ class twin:  # noqa: N801 - used as a decorator, like property
         setattr(owner, "a" + name, awaited)
 
 
+def awaits_blocking(name: str, *, in_thread: bool = False) -> Callable[..., Awaitable[Any]]:
+    """An awaited `a<name>` that runs the blocking `<name>`: a protocol base's default for plainly written subclasses.
+
+    `in_thread`: in a worker thread (`asyncio.to_thread`), for a blocking form that may wait on I/O (a
+    policy or a scorer of your own), so other episodes go on meanwhile. A subclass that writes `<name>`
+    with `twin` gets its own `a<name>` (the same steps, each call awaited) in place of this one.
+    """
+
+    async def awaited(self: Any, *args: Any, **kwargs: Any) -> Any:
+        blocking = getattr(self, name)
+        if in_thread:
+            return await asyncio.to_thread(blocking, *args, **kwargs)
+        return blocking(*args, **kwargs)
+
+    awaited.__name__ = awaited.__qualname__ = "a" + name
+    where = "in a worker thread" if in_thread else "at once"
+    awaited.__doc__ = (
+        f"Awaited `{name}`: runs the blocking `{name}` {where} (a `{name}` written with `twin` replaces it)."
+    )
+    return awaited
+
+
 def steps_of(obj: Any, name: str, *args: Any, **kwargs: Any) -> Steps[Any]:
-    """The Steps of `obj.<name>(…)`: its own when it was written with `twin`, else one Call of `name`/`a<name>`."""
+    """The Steps of `obj.<name>(…)`: its own when it was written with `twin`, else one Call of `name`/`a<name>`.
+
+    An instance's own `name` or `a<name>` (a spy set on it, say) is called, not passed by: one Call then.
+    """
     steps = getattr(getattr(type(obj), name, None), "__steps__", None)
-    if steps is not None:
+    if steps is not None and not _set_on(obj, name):
         return steps(obj, *args, **kwargs)
     return _one(Call.of(obj, name, *args, **kwargs))
 
 
 def _one(call: Call) -> Steps[Any]:
     return (yield call)
+
+
+def _set_on(obj: Any, name: str) -> bool:
+    """Whether `obj` itself (not its class) holds `name` or `a<name>`."""
+    own = getattr(obj, "__dict__", None)
+    return bool(own) and (name in own or "a" + name in own)
 
 
 class CannedClient:

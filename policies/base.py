@@ -6,7 +6,6 @@ deployed model would see. That is why this package imports nothing from simulato
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
@@ -14,7 +13,7 @@ from typing import Any, TypeVar
 
 from ifgym.errors import ConfigError
 from ifgym.llm import Message, Usage, validate_messages
-from ifgym.llm.conversation import Call, Steps, twin
+from ifgym.llm.conversation import Call, Steps, awaits_blocking, twin
 
 _T = TypeVar("_T")
 
@@ -34,9 +33,7 @@ class Policy(ABC):
     def act(self, messages: list[Message]) -> str:
         """Return the assistant's reply to the transcript `messages` (ending with a user turn)."""
 
-    async def aact(self, messages: list[Message]) -> str:
-        """`act` awaited; the default runs `act` in a worker thread (a policy written with `twin` has its own)."""
-        return await asyncio.to_thread(self.act, messages)
+    aact = awaits_blocking("act", in_thread=True)
 
     @property
     @abstractmethod

@@ -8,13 +8,12 @@ patience.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ifgym.core import TurnSpec, Verdict
-from ifgym.llm.conversation import Steps, steps_of, twin
+from ifgym.llm.conversation import Steps, awaits_blocking, steps_of, twin
 
 
 @dataclass(frozen=True)
@@ -45,9 +44,7 @@ class TurnScorer(Protocol):
 
     def score(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores: ...
 
-    async def ascore(self, reply: str, spec: TurnSpec, history: list[dict] | None = None) -> Scores:
-        """`score` awaited: by default run in a worker thread."""
-        return await asyncio.to_thread(self.score, reply, spec, history)
+    ascore = awaits_blocking("score", in_thread=True)
 
 
 def no_judge(reason: str) -> Verdict:

@@ -22,6 +22,7 @@ already in the file count for nothing until they are retried, so a healthy rerun
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -41,7 +42,7 @@ from tqdm.auto import tqdm
 from ifgym.core import Episode
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
-from ifgym.llm.conversation import count_episode_usage
+from ifgym.llm.conversation import Call, Steps, arun_steps, count_episode_usage, run_steps
 from ifgym.runner.async_wrappers import async_reset, async_step
 
 T = TypeVar("T")
@@ -64,23 +65,33 @@ def _policy_usage(policy: Any) -> dict[str, Any]:
 
 def rollout(env: gym.Env, policy: Any, *, seed: int | None = None, options: dict | None = None) -> Episode:
     """Play one episode to its end with `policy` (anything with reset() and act(messages) -> str)."""
-    policy.reset()
-    obs, _ = env.reset(seed=seed, options=options)
-    while True:
-        obs, _, terminated, truncated, _ = env.step(policy.act(obs))
-        if terminated or truncated:
-            return _finish(env, policy)
+    return run_steps(_episode(env, policy, seed, options))
 
 
 async def arollout(env: gym.Env, policy: Any, *, seed: int | None = None, options: dict | None = None) -> Episode:
-    """Async twin of `rollout`: awaits the policy's `aact` and the env's `astep`, through every wrapper of `env`.
+    """`rollout` with the policy's `aact` and the env's `astep` awaited, through every wrapper of `env`.
 
     A wrapper that cannot be applied asynchronously raises AsyncWrapperError (see `async_wrappers`).
     """
+    return await arun_steps(_episode(env, policy, seed, options))
+
+
+def _episode(env: gym.Env, policy: Any, seed: int | None, options: dict | None) -> Steps[Episode]:
+    """One episode, written once: `rollout` makes each call blocking, `arollout` awaits it."""
+
+    # the policy's act and aact are looked up when called: a policy may have only the one its driver calls
+    def act(messages: list) -> Any:
+        return policy.act(messages)
+
+    def aact(messages: list) -> Any:
+        return policy.aact(messages)
+
+    areset, astep = functools.partial(async_reset, env), functools.partial(async_step, env)
     policy.reset()
-    obs, _ = await async_reset(env, seed=seed, options=options)
+    obs, _ = yield Call(env.reset, areset, kwargs={"seed": seed, "options": options})
     while True:
-        obs, _, terminated, truncated, _ = await async_step(env, await policy.aact(obs))
+        action = yield Call(act, aact, (obs,))
+        obs, _, terminated, truncated, _ = yield Call(env.step, astep, (action,))
         if terminated or truncated:
             return _finish(env, policy)
 

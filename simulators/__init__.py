@@ -1,6 +1,8 @@
 """The user side of a dialogue: simulated users, the EvolIF tracker, renderers, replay, seed assets.
 
 The constraints and StructFlow flows they draw from are vocabulary shared with the rewards: `ifgym.core`.
+A user that calls a model writes `reset`/`next` once with `ifgym.llm.conversation.twin` (it gets
+`areset`/`anext` too); a plainly written one gets them from `UserSimulator`.
 """
 
 from ifgym.lazy import lazy_submodules

@@ -11,8 +11,14 @@ import numpy as np
 
 from ifgym.core import UserTurn, Verdict
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.llm.conversation import Completion, awaits_blocking
 
 __all__ = ["UserSimulator"]
+
+
+def text_of(completion: Completion) -> str:
+    """A completion's text, "" for none: what a user model's Conversation is sent back (`asking(…, read=text_of)`)."""
+    return completion.text or ""
 
 
 class UserSimulator(ABC):
@@ -20,8 +26,11 @@ class UserSimulator(ABC):
 
     `reset` starts an episode and returns the first turn; `next` returns the following turn
     given the dialogue so far (the last message is the model's reply to the previous turn) and
-    that reply's verdicts, or None when the user's script is over. The async twins default to
-    the sync methods; simulators that call a model override them.
+    that reply's verdicts, or None when the user's script is over. Sync and async are written
+    once: a simulator that calls a model writes `reset`/`next` with `ifgym.llm.conversation.twin`
+    (generators of Calls), which gives `areset`/`anext` too; one written plainly (blocking
+    `reset`/`next` only, as a user's own simulator may be) gets `areset`/`anext` from this base,
+    calling the blocking ones.
     """
 
     @abstractmethod
@@ -32,13 +41,8 @@ class UserSimulator(ABC):
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
         """The next user turn, or None when the script is over."""
 
-    async def areset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Async twin of `reset`."""
-        return self.reset(rng, options)
-
-    async def anext(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
-        """Async twin of `next`."""
-        return self.next(history, verdicts)
+    areset = awaits_blocking("reset")
+    anext = awaits_blocking("next")
 
     @property
     def stats(self) -> dict[str, int | float]:

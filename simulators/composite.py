@@ -51,6 +51,7 @@ from ifgym.core.sampling import choice, forbidden_tokens
 from ifgym.core.structflow import USER_TYPES, Flow, constraint_item, turn_name
 from ifgym.core.wording import lower_first, sentences
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
+from ifgym.llm.conversation import steps_of, twin
 from ifgym.simulators.assets_io import Style, Topic
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif import EvolIFTracker, TrackerConfig, TrackerStep
@@ -489,34 +490,22 @@ class CompositeUser(UserSimulator):
         self._render_rng: np.random.Generator | None = None
         self._k = 0
 
-    # -- the protocol ---------------------------------------------------------------------------
+    # -- the protocol, written once: `reset`/`next` make the renderer's calls blocking, `areset`/`anext` await them
+    @twin
     def reset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
         """Draw the episode (flow, topic, task, user type, persona) and return its first turn."""
         first = self._start(rng, options)
-        return (
-            first if isinstance(first, UserTurn) else self._finish(first, self.renderer.render(*self._request(first)))
-        )
-
-    async def areset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Async twin of `reset` (the LLM renderer awaits its calls)."""
-        first = self._start(rng, options)
         if isinstance(first, UserTurn):
             return first
-        return self._finish(first, await self.renderer.arender(*self._request(first)))
+        return self._finish(first, (yield from steps_of(self.renderer, "render", *self._request(first))))
 
+    @twin
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
         """The next turn, or None when the flow is over. `history` and `verdicts` are never read."""
         step = self._advance()
         if step is None or isinstance(step, UserTurn):
             return step
-        return self._finish(step, self.renderer.render(*self._request(step)))
-
-    async def anext(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
-        """Async twin of `next`."""
-        step = self._advance()
-        if step is None or isinstance(step, UserTurn):
-            return step
-        return self._finish(step, await self.renderer.arender(*self._request(step)))
+        return self._finish(step, (yield from steps_of(self.renderer, "render", *self._request(step))))
 
     @property
     def stats(self) -> dict[str, int | float]:

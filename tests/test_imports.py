@@ -19,6 +19,10 @@ package `ifgym` (upward), and nothing imports `ifgym.cli` (the command line pars
 One plan per task: no module reads a task's meta key (`meta["flexbench"]` …) outside that task's own
 modules, and none probes an env (`getattr`/`hasattr`) for what its task says; they read the task
 (`env.task`, `ifgym.core.tasks.task_of(episode)`).
+
+One way to be sync and async: in the rooms of `TWIN_ROOMS`, no module or class writes both `x` and `ax` (or
+`_x` and `_ax`) by hand; the step is written once with `ifgym.llm.conversation.twin`, or the blocking form
+only runs the awaited one.
 """
 
 from __future__ import annotations
@@ -304,3 +308,96 @@ def test_no_module_probes_an_env_for_what_its_task_says():
         for line, attribute in _probes(ast.parse(path.read_text(encoding="utf-8")))
     )
     assert not probing, f"these probe an env for what its task says (read env.task instead): {probing}"
+
+
+# One way to be sync and async (issue 22 item 3): a step that needs the outside is written once with
+# `ifgym.llm.conversation.twin` (a generator of Calls), which gives both `x` and `ax`. Rooms checked so far:
+TWIN_ROOMS = ["ifgym.simulators", "ifgym.envs", "ifgym.runner", "ifgym.rewards", "ifgym.policies"]
+# "path:scope.x" -> why that pair stays written by hand
+TWIN_EXCEPTIONS: dict[str, str] = {
+    "rewards/audit.py:_OnceClient.chat": "a client, whose awaited form lets duplicate concurrent requests share one "
+    "in-flight call, which a blocking call cannot",
+}
+
+
+def _body(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    """The statements of a function after its docstring."""
+    body = function.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return body
+
+
+def _returned_call(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Call | None:
+    """The call a one-statement function returns (`return f(…)` or `return await f(…)`), else None."""
+    body = _body(function)
+    if len(body) != 1 or not isinstance(body[0], ast.Return):
+        return None
+    value = body[0].value
+    value = value.value if isinstance(value, ast.Await) else value
+    return value if isinstance(value, ast.Call) else None
+
+
+def _one_body(blocking: ast.FunctionDef, awaited: ast.AsyncFunctionDef) -> bool:
+    """A pair written once: the blocking half is `asyncio.run(ax(…))`, or both halves drive the same Steps.
+
+    (`return run_steps(s(…))` and `return await arun_steps(s(…))`.)
+    """
+    sync, other = _returned_call(blocking), _returned_call(awaited)
+    if sync is None:
+        return False
+    called = ast.unparse(sync.func)
+    if called == "asyncio.run" and sync.args and isinstance(sync.args[0], ast.Call):
+        return ast.unparse(sync.args[0].func).rpartition(".")[2] == awaited.name
+    return (
+        called == "run_steps"
+        and other is not None
+        and ast.unparse(other.func) == "arun_steps"
+        and ast.unparse(sync.args) == ast.unparse(other.args)
+    )
+
+
+def _hand_written_twins(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, "scope.x") for each module or class that defines both `x` and `ax` (or `_x` and `_ax`) by hand."""
+    scopes = [("", tree.body)] + [
+        (node.name + ".", node.body) for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    ]
+    found = []
+    for scope, body in scopes:
+        defs = {node.name: node for node in body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for name, node in defs.items():
+            bare = name.lstrip("_")
+            awaited = defs.get(name[: len(name) - len(bare)] + "a" + bare)
+            if awaited is not None and not (isinstance(node, ast.FunctionDef) and _one_body(node, awaited)):
+                found.append((node.lineno, scope + name))
+    return sorted(found)
+
+
+def test_the_twin_check_finds_hand_written_pairs():
+    source = (
+        "class User:\n"
+        "    def next(self, h): return self.client.chat(h)\n"
+        "    async def anext(self, h): return await self.client.achat(h)\n"
+        "    def _call(self, m): return 1\n"
+        "    async def _acall(self, m): return 1\n"
+        "    def reset(self): return run_steps(self._steps())\n"  # one body: the same Steps driven both ways
+        "    async def areset(self): return await arun_steps(self._steps())\n"
+        "def run(seeds): return asyncio.run(arun(seeds))\n"  # one body: the blocking form runs the awaited one
+        "async def arun(seeds): pass\n"
+        "def step(a): return run_steps(one(a))\n"  # not the same Steps
+        "async def astep(a): return await arun_steps(other(a))\n"
+    )
+    assert _hand_written_twins(ast.parse(source)) == [(2, "User.next"), (4, "User._call"), (10, "step")]
+
+
+def test_no_hand_written_sync_async_twins():
+    # write the step once with `twin` (or derive the blocking form from the awaited one); a protocol base gives
+    # plainly written subclasses their awaited form with `ifgym.llm.conversation.awaits_blocking`
+    twins = sorted(
+        f"{path.relative_to(ROOT)}:{name}"
+        for module, path in package_modules().items()
+        if any(in_room(module, room) for room in TWIN_ROOMS)
+        for _, name in _hand_written_twins(ast.parse(path.read_text(encoding="utf-8")))
+        if f"{path.relative_to(ROOT)}:{name}" not in TWIN_EXCEPTIONS
+    )
+    assert not twins, f"these write a sync/async pair twice (write it once with twin): {twins}"

@@ -18,8 +18,8 @@ to the topic with a concrete clue. `checks="model"` (ifgym/EvolIF-v0's): the use
 whether every draft is on topic and asks for each stated constraint. A failed or unparseable check
 triggers a regeneration, up to `k` of them; after that the template text is used and the fallback
 is counted. The renderer words what the request holds: the user simulator leaves the dialogue out
-of the request unless it is adaptive. Prompt building and parsing are shared by `render` and
-`arender` (a small generator yields the messages of each call; only the driver differs).
+of the request unless it is adaptive. `render` is written once (`twin`): a Conversation yields the
+messages of each call, and `render` makes the calls blocking, `arender` awaits them.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ from ifgym.core.constraints import Constraint, unstated
 from ifgym.core.sampling import choice
 from ifgym.core.wording import a, and_list
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.llm import ChatClient, Conversation, aconverse, converse
+from ifgym.llm import ChatClient, Conversation
+from ifgym.llm.conversation import Call, asking, awaits_blocking, chat_call, steps_of, twin
 from ifgym.simulators.assets_io import Style, Topic
+from ifgym.simulators.base import text_of
 
 __all__ = [
     "CHECKS",
@@ -90,15 +92,17 @@ class RenderRequest:
 
 
 class Renderer(ABC):
-    """Turns a RenderRequest into text. `stats` counts since the last `reset_stats`."""
+    """Turns a RenderRequest into text. `stats` counts since the last `reset_stats`.
+
+    A renderer that calls a model writes `render` with `twin` (it gets `arender` too); a plain one
+    gets `arender` from this base, calling `render`.
+    """
 
     @abstractmethod
     def render(self, request: RenderRequest, rng: np.random.Generator) -> RenderResult:
         """Word one user turn."""
 
-    async def arender(self, request: RenderRequest, rng: np.random.Generator) -> RenderResult:
-        """Async twin of render (defaults to the sync one)."""
-        return self.render(request, rng)
+    arender = awaits_blocking("render")
 
     @property
     @abstractmethod
@@ -578,20 +582,13 @@ class LLMRenderer(Renderer):
                 return "it did not clearly ask for: " + "; ".join(missing)
         return None
 
-    def _call(self, messages: list[Message]) -> str:
+    def _ask(self, messages: list[Message]) -> Call:
+        """One call to the user model, counted."""
         self._stats["llm_calls"] += 1
-        return self.client.chat(messages, **self.gen_overrides).text
+        return chat_call(self.client, **self.gen_overrides)(messages)
 
-    async def _acall(self, messages: list[Message]) -> str:
-        self._stats["llm_calls"] += 1
-        return (await self.client.achat(messages, **self.gen_overrides)).text
-
+    @twin
     def render(self, request: RenderRequest, rng: np.random.Generator) -> RenderResult:
-        """Generate, check, regenerate up to k times, else fall back (sync calls)."""
-        template_text = self.fallback.render(request, rng).text
-        return converse(self._dialogue(request, template_text), self._call)
-
-    async def arender(self, request: RenderRequest, rng: np.random.Generator) -> RenderResult:
-        """Async twin of render; same prompts and parsing, awaited calls."""
-        template_text = (await self.fallback.arender(request, rng)).text
-        return await aconverse(self._dialogue(request, template_text), self._acall)
+        """Generate, check, regenerate up to k times, else fall back."""
+        template_text = (yield from steps_of(self.fallback, "render", request, rng)).text
+        return (yield from asking(self._dialogue(request, template_text), self._ask, read=text_of))

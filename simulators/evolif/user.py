@@ -38,6 +38,7 @@ from ifgym.core.sampling import (
     title_tokens,
 )
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
+from ifgym.llm.conversation import Steps, steps_of, twin
 from ifgym.simulators.assets_io import Style, Topic, load_styles, load_topics, styles_from_json, topics_from_json
 from ifgym.simulators.base import UserSimulator
 from ifgym.simulators.evolif.render import (
@@ -533,33 +534,23 @@ class EvolIFUser(UserSimulator):
         self._render_rng: np.random.Generator | None = None
         self._last: TurnSpec | None = None
 
-    # -- sync ---------------------------------------------------------------------------------
+    # -- the protocol, written once: `reset`/`next` make the renderer's calls blocking, `areset`/`anext` await them
+    @twin
     def reset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
         """Pick a style and a first topic; return the first user turn."""
         step = self._start(rng, options)
-        return self._finish(step, self.renderer.render(self._request(step, [], []), self._render_rng))
+        return self._finish(step, (yield from self._render(self._request(step, [], []))))
 
+    @twin
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
         """One tracker step, rendered; None when the topic bank is exhausted."""
         step = self._advance()
         if step is None:
             return None
-        request = self._request(step, history, verdicts)
-        return self._finish(step, self.renderer.render(request, self._render_rng))
+        return self._finish(step, (yield from self._render(self._request(step, history, verdicts))))
 
-    # -- async --------------------------------------------------------------------------------
-    async def areset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Async twin of reset (the LLM renderer awaits its calls)."""
-        step = self._start(rng, options)
-        return self._finish(step, await self.renderer.arender(self._request(step, [], []), self._render_rng))
-
-    async def anext(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
-        """Async twin of next."""
-        step = self._advance()
-        if step is None:
-            return None
-        request = self._request(step, history, verdicts)
-        return self._finish(step, await self.renderer.arender(request, self._render_rng))
+    def _render(self, request: RenderRequest) -> Steps[RenderResult]:
+        return steps_of(self.renderer, "render", request, self._render_rng)
 
     def constraint_counts(self, rng: np.random.Generator, turns: int) -> list[int]:
         """The live constraints on each of the script's first `turns` turns, for the episode `reset(rng)` would start.

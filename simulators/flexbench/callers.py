@@ -11,8 +11,8 @@ import numpy as np
 
 from ifgym.core import TurnSpec, UserTurn, Verdict
 from ifgym.errors import ConfigError, IfgymError, UnknownNameError
-from ifgym.llm import aconverse, converse
-from ifgym.simulators.base import UserSimulator
+from ifgym.llm.conversation import asking, chat_call, twin
+from ifgym.simulators.base import UserSimulator, text_of
 from ifgym.simulators.flexbench.ending import EndDetector, assistant_closed, user_hung_up
 from ifgym.simulators.flexbench.personas import (
     CallerSheet,
@@ -436,27 +436,15 @@ class LLMUser(FlexBenchUser):
             return None
         return UserTurn(text, self._spec(helpful=helpful))
 
-    def _call(self, messages: list[Message]) -> str:
-        return self.client.chat(messages).text or ""
-
-    async def _acall(self, messages: list[Message]) -> str:
-        return (await self.client.achat(messages)).text or ""
-
+    @twin
     def reset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
         """Draw persona and facts (inferring the delta once if there is no caller file); the caller's first line."""
-        return converse(self._reset_dialogue(rng, options), self._call)
+        return (yield from asking(self._reset_dialogue(rng, options), chat_call(self.client), read=text_of))
 
+    @twin
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
         """The caller's next line, or None when the call is over (see `end_reason`)."""
-        return converse(self._next_dialogue(history), self._call)
-
-    async def areset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Async twin of `reset`."""
-        return await aconverse(self._reset_dialogue(rng, options), self._acall)
-
-    async def anext(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:
-        """Async twin of `next`."""
-        return await aconverse(self._next_dialogue(history), self._acall)
+        return (yield from asking(self._next_dialogue(history), chat_call(self.client), read=text_of))
 
     @property
     def stats(self) -> dict[str, int | float]:

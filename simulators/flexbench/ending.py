@@ -8,7 +8,8 @@ from typing import Any
 
 from ifgym.answers import json_object
 from ifgym.errors import ConfigError
-from ifgym.llm import aconverse, converse
+from ifgym.llm.conversation import asking, chat_call, twin
+from ifgym.simulators.base import text_of
 from ifgym.simulators.flexbench.personas import _Dialogue
 from ifgym.simulators.flexbench.sops import Message
 
@@ -172,14 +173,7 @@ class EndDetector:
         self.stats["end_check_unparsed"] += 1
         return None
 
+    @twin
     def check(self, agent: str, caller: str) -> EndCheck | None:
-        """Judge one exchange (sync)."""
-        return converse(self.dialogue(agent, caller), lambda m: self.client.chat(m).text or "")
-
-    async def acheck(self, agent: str, caller: str) -> EndCheck | None:
-        """Judge one exchange (async)."""
-
-        async def call(m: list[Message]) -> str:
-            return (await self.client.achat(m)).text or ""
-
-        return await aconverse(self.dialogue(agent, caller), call)
+        """Judge one exchange (`check` blocking, `acheck` awaited)."""
+        return (yield from asking(self.dialogue(agent, caller), chat_call(self.client), read=text_of))

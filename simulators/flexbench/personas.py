@@ -15,7 +15,9 @@ import numpy as np
 from ifgym.answers import json_object
 from ifgym.errors import BackendError, DataFormatError, UnknownNameError, did_you_mean
 from ifgym.files import not_a_folder, read_json_file
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import Conversation
+from ifgym.llm.conversation import asking, chat_call, run_steps
+from ifgym.simulators.base import text_of
 from ifgym.simulators.flexbench.sops import CALLER_SUFFIX, PERSONAS_PATH, Message, Sop
 
 # ---------------------------------------------------------------------------------------------
@@ -414,8 +416,8 @@ class Persona:
         return "\n".join(lines)
 
 
-# Model dialogues are Conversations (ifgym.llm.converse): one generator yields the messages of each
-# call, the sync and async drivers make them.
+# Model dialogues are Conversations: one generator yields the messages of each call; `asking` turns
+# it into Steps whose calls `twin` makes blocking or awaited.
 _Dialogue = Conversation[Any]
 
 
@@ -477,13 +479,4 @@ def _delta_dialogue(sop: Sop, max_retries: int) -> _Dialogue:
 
 def infer_delta(client: Any, sop: Sop, *, max_retries: int = 2) -> PersonaDelta:
     """Ask a model for the SOP-specific persona delta (business context, goal, questions, catchphrases)."""
-    return converse(_delta_dialogue(sop, max_retries), lambda m: client.chat(m).text or "")
-
-
-async def ainfer_delta(client: Any, sop: Sop, *, max_retries: int = 2) -> PersonaDelta:
-    """Async twin of `infer_delta`."""
-
-    async def call(m: list[Message]) -> str:
-        return (await client.achat(m)).text or ""
-
-    return await aconverse(_delta_dialogue(sop, max_retries), call)
+    return run_steps(asking(_delta_dialogue(sop, max_retries), chat_call(client), read=text_of))

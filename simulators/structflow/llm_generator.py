@@ -20,8 +20,10 @@ from ifgym.core.structflow import (
     turn_name,
 )
 from ifgym.errors import ConfigError, GenerationError, did_you_mean
-from ifgym.llm import Conversation, aconverse, converse
+from ifgym.llm import Conversation
+from ifgym.llm.conversation import asking, chat_call, twin
 from ifgym.simulators.assets_io import Topic
+from ifgym.simulators.base import text_of
 from ifgym.simulators.structflow.format import INTRA_DEFINITIONS, USER_VOICES, Dialogue, DialogueTurn, Message, TaskType
 from ifgym.simulators.structflow.planner import GeneratorBase, TurnPlan
 
@@ -110,19 +112,10 @@ class LLMDialogueGenerator(GeneratorBase):
         self.stats = {"calls": 0, "retries": 0, "unstated": 0}
         self._lock = threading.Lock()
 
+    @twin
     def generate(self, rng: np.random.Generator, options: Mapping[str, Any] | None = None) -> Dialogue:
-        """Generate one dialogue (blocking calls)."""
-        return converse(self.session(rng, options), self._call)
-
-    async def agenerate(self, rng: np.random.Generator, options: Mapping[str, Any] | None = None) -> Dialogue:
-        """Async twin of `generate`."""
-        return await aconverse(self.session(rng, options), self._acall)
-
-    def _call(self, messages: list[Message]) -> str:
-        return self.client.chat(messages).text or ""
-
-    async def _acall(self, messages: list[Message]) -> str:
-        return (await self.client.achat(messages)).text or ""
+        """Generate one dialogue (`generate` makes the calls blocking, `agenerate` awaits them)."""
+        return (yield from asking(self.session(rng, options), chat_call(self.client), read=text_of))
 
     def session(self, rng: np.random.Generator, options: Mapping[str, Any] | None = None) -> Conversation[Dialogue]:
         """The pipeline as a generator: yields the messages of each call, receives the model's text."""

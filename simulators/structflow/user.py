@@ -9,6 +9,7 @@ import numpy as np
 
 from ifgym.core import UserTurn, Verdict
 from ifgym.errors import ConfigError, GenerationError, IfgymError
+from ifgym.llm.conversation import Steps, steps_of, twin
 from ifgym.simulators.base import UserSimulator, pick_dialogue
 from ifgym.simulators.structflow.format import Dialogue
 from ifgym.simulators.structflow.llm_generator import LLMDialogueGenerator
@@ -52,20 +53,11 @@ class StructFlowUser(UserSimulator):
             self.dialogues, self._by_id, rng, options, option_kind="StructFlow replay option", id_kind="dialogue id"
         )
 
-    def _generate(self, rng: np.random.Generator, options: Mapping | None) -> Dialogue:
+    def _generate(self, rng: np.random.Generator, options: Mapping | None) -> Steps[Dialogue]:
         if isinstance(self.generator, LLMDialogueGenerator):
             state = rng.bit_generator.state
             try:
-                return self.generator.generate(rng, options)
-            except GenerationError as exc:
-                return self._fall_back(rng, state, options, exc)
-        return self.generator.generate(rng, options)
-
-    async def _agenerate(self, rng: np.random.Generator, options: Mapping | None) -> Dialogue:
-        if isinstance(self.generator, LLMDialogueGenerator):
-            state = rng.bit_generator.state
-            try:
-                return await self.generator.agenerate(rng, options)
+                return (yield from steps_of(self.generator, "generate", rng, options))
             except GenerationError as exc:
                 return self._fall_back(rng, state, options, exc)
         return self.generator.generate(rng, options)
@@ -97,18 +89,12 @@ class StructFlowUser(UserSimulator):
             return {"calls": self.generator.stats["calls"], "unstated": self.generator.stats["unstated"]}
         return {"calls": 0, "unstated": 0}
 
+    @twin
     def reset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Pick (replay) or generate the episode's dialogue and return its first turn."""
+        """Pick (replay) or generate the episode's dialogue and return its first turn (`areset` awaits the model)."""
         before = self._calls()
         self._stats = {}
-        dialogue = self._pick(rng, options) if self.generator is None else self._generate(rng, options)
-        return self._begin(dialogue, before)
-
-    async def areset(self, rng: np.random.Generator, options: Mapping | None = None) -> UserTurn:
-        """Async twin of `reset` (the LLM generator's calls are awaited)."""
-        before = self._calls()
-        self._stats = {}
-        dialogue = self._pick(rng, options) if self.generator is None else await self._agenerate(rng, options)
+        dialogue = self._pick(rng, options) if self.generator is None else (yield from self._generate(rng, options))
         return self._begin(dialogue, before)
 
     def next(self, history: list[dict[str, str]], verdicts: list[Verdict]) -> UserTurn | None:

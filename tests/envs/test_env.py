@@ -6,6 +6,7 @@ the user and judge models (always answering a passing judgement).
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import gymnasium as gym
@@ -14,8 +15,14 @@ from gymnasium.utils.env_checker import check_env
 from support.paths import DATA
 
 import ifgym
+from ifgym.core import TurnSpec, UserTurn, Verdict
+from ifgym.envs.base import ChatEnv
 from ifgym.errors import ActionError, ConfigError, UnknownNameError
 from ifgym.llm import CannedClient
+from ifgym.rewards.rubric import VerdictRubric
+from ifgym.rewards.scorer import Scores
+from ifgym.rewards.tasks import EVOLIF
+from ifgym.simulators.base import UserSimulator
 
 
 def canned_judge_and_user(messages):
@@ -214,3 +221,72 @@ def test_llm_pieces_record_the_nondeterministic_id_and_pass_regenerations():
     assert env.unwrapped.episode.env_id == "ifgym/EvolIF-LLM-v1"
     assert env.unwrapped.user.renderer.k == 0
     assert gym.make("ifgym/EvolIF-v1").unwrapped.env_name == "ifgym/EvolIF-v1"
+
+
+class OwnUser(UserSimulator):
+    """A user's own simulator written plainly: blocking `reset`/`next` only (the base gives `areset`/`anext`)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def reset(self, rng, options=None):
+        self.calls.append("reset")
+        return UserTurn("Say yes.", TurnSpec(topic="t"))
+
+    def next(self, history, verdicts):
+        self.calls.append(("next", [v.label for v in verdicts]))
+        return UserTurn("Again.", TurnSpec(topic="t")) if len(self.calls) < 4 else None
+
+
+class OwnScorer:
+    """A user's own scorer with a hand-written `score`/`ascore` pair: passes a reply that says yes."""
+
+    def __init__(self):
+        self.calls = []
+
+    def reset(self):
+        pass
+
+    def _scores(self, reply):
+        verdict = Verdict("yes" if "yes" in reply else "no")
+        return Scores([verdict], [verdict], ["own"])
+
+    def score(self, reply, spec, history=None):
+        self.calls.append("score")
+        return self._scores(reply)
+
+    async def ascore(self, reply, spec, history=None):
+        self.calls.append("ascore")
+        return self._scores(reply)
+
+
+def _play_own(play):
+    user, scorer = OwnUser(), OwnScorer()
+    env = ChatEnv(task=EVOLIF, user=user, scorer=scorer, rubric=VerdictRubric(patience=None))
+    rewards = play(env)
+    return rewards, [t.user for t in env.episode.turns], env.episode.done_reason, user.calls, scorer.calls
+
+
+def test_a_plainly_written_user_and_scorer_play_sync_and_async_alike():
+    def sync(env):
+        env.reset(seed=0)
+        return [env.step(reply)[1] for reply in ("yes", "no", "yes")]
+
+    async def awaited(env):
+        await env.areset(seed=0)
+        return [(await env.astep(reply))[1] for reply in ("yes", "no", "yes")]
+
+    rewards, users, done, user_calls, scorer_calls = _play_own(sync)
+    assert (rewards, users, done) == ([1.0, 0.0, 1.0], ["Say yes.", "Again.", "Again."], "script_end")
+    assert user_calls == ["reset", ("next", ["yes"]), ("next", ["no"]), ("next", ["yes"])]
+    assert scorer_calls == ["score"] * 3
+    a_rewards, a_users, a_done, a_user_calls, a_scorer_calls = _play_own(lambda env: asyncio.run(awaited(env)))
+    assert (a_rewards, a_users, a_done, a_user_calls) == (rewards, users, done, user_calls)
+    assert a_scorer_calls == ["ascore"] * 3  # the scorer's own awaited half; the user's blocking one via the base
+
+
+def test_astep_checks_the_action_when_awaited():
+    env = gym.make("ifgym/EvolIF-v1").unwrapped
+    env.reset(seed=0)
+    with pytest.raises(ActionError, match="reply as a str"):
+        asyncio.run(env.astep(3))

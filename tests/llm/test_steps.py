@@ -103,3 +103,18 @@ def test_twin_refuses_a_function_that_is_not_a_generator():
             @twin
             def judge(self):
                 return 1
+
+
+def test_steps_of_calls_a_method_set_on_the_instance():
+    # a spy set on one object (monkeypatch.setattr(user, "anext", spy)) is called, not passed by for the class's steps
+    echo = Echo(CannedClient(["yes"]))
+    seen = []
+
+    async def spy(reply, **kwargs):
+        seen.append(reply)
+        return "spied"
+
+    echo.ajudge = spy
+    assert asyncio.run(_arun(steps_of(echo, "judge", "a"))) == "spied"
+    assert run_steps(steps_of(echo, "judge", "b")) == "yes"  # its blocking half is still the class's
+    assert seen == ["a"] and len(echo.client.requests) == 1

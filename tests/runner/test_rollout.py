@@ -6,6 +6,7 @@ OpenAI-compatible HTTP server on 127.0.0.1 with canned replies, standing in for 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import gymnasium as gym
@@ -16,7 +17,7 @@ import ifgym  # noqa: F401
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import LLMConfig, make_client
 from ifgym.policies import ChatPolicy, ScriptedPolicy
-from ifgym.runner.rollout import arun, read_episodes, rollout, run
+from ifgym.runner.rollout import arollout, arun, read_episodes, rollout, run
 
 
 def make_env():
@@ -138,3 +139,29 @@ def test_the_log_writes_each_line_where_append_said_and_raises_a_write_that_fail
             log.append(episodes[1])
         finally:
             log.close()
+
+
+class OnlyAct:
+    """A policy with only the blocking `act` (and `reset`)."""
+
+    def reset(self):
+        pass
+
+    def act(self, messages):
+        return "A reply."
+
+
+class OnlyAact:
+    """A policy with only the awaited `aact` (and `reset`)."""
+
+    def reset(self):
+        pass
+
+    async def aact(self, messages):
+        return "A reply."
+
+
+def test_each_driver_needs_only_the_policy_method_it_calls():
+    env = gym.make("ifgym/EvolIF-v1", max_turns=2, patience=None)
+    assert [t.reply for t in rollout(env, OnlyAct(), seed=0).turns] == ["A reply."] * 2
+    assert [t.reply for t in asyncio.run(arollout(env, OnlyAact(), seed=0)).turns] == ["A reply."] * 2
