@@ -270,8 +270,14 @@ class Call:
 
     @classmethod
     def of(cls, obj: Any, name: str, *args: Any, **kwargs: Any) -> Call:
-        """`obj.<name>(…)`, blocking, or `obj.a<name>(…)`, awaited."""
-        return cls(getattr(obj, name), getattr(obj, "a" + name), args, kwargs)
+        """`obj.<name>(…)`, blocking, or `obj.a<name>(…)`, awaited.
+
+        An object with only `<name>` (a duck-typed scorer, say) is awaited in a worker thread, as a protocol
+        base's default does (`awaits_blocking`).
+        """
+        blocking = getattr(obj, name)
+        awaited = getattr(obj, "a" + name, None) or functools.partial(asyncio.to_thread, blocking)
+        return cls(blocking, awaited, args, kwargs)
 
     def run(self) -> Any:
         """Make the call, blocking."""

@@ -1,6 +1,7 @@
 """`twin`, `Call`, `steps_of` and `asking`: a step written once runs the same blocking and awaited."""
 
 import asyncio
+import threading
 
 import pytest
 
@@ -68,6 +69,15 @@ async def _arun(steps):
     from ifgym.llm.conversation import arun_steps
 
     return await arun_steps(steps)
+
+
+def test_an_object_with_only_the_blocking_form_is_awaited_in_a_thread():
+    class OnlyScore:  # duck-typed, no ascore
+        def score(self, x):
+            return (x, threading.current_thread() is threading.main_thread())
+
+    assert run_steps(steps_of(OnlyScore(), "score", 1)) == (1, True)
+    assert asyncio.run(_arun(steps_of(OnlyScore(), "score", 2))) == (2, False)
 
 
 def test_asking_turns_a_conversation_into_calls_and_reads_each_answer():
