@@ -339,7 +339,9 @@ class twin:  # noqa: N801 - used as a decorator, like property
                 return completion.text
 
     gives `judge(reply)` and `await ajudge(reply)`; `steps_of(obj, "judge", reply)` is the Steps themselves,
-    for a step that calls another.
+    for a step that calls another. A subclass that writes `judge` plainly (a blocking method) gets an
+    `ajudge` that runs it at once, not the steps it replaced (one that waits on I/O holds the event
+    loop meanwhile: write it with `twin`, or write `ajudge` too).
     """
 
     def __init__(self, steps: Callable[..., Steps[Any]]):
@@ -356,6 +358,8 @@ class twin:  # noqa: N801 - used as a decorator, like property
 
         @functools.wraps(steps)
         async def awaited(obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if getattr(type(obj), name) is not blocking:  # a subclass wrote `name` plainly: that is the step now
+                return getattr(obj, name)(*args, **kwargs)
             return await arun_steps(steps(obj, *args, **kwargs))
 
         awaited.__name__, awaited.__qualname__ = "a" + name, f"{owner.__qualname__}.a{name}"

@@ -58,6 +58,18 @@ def test_steps_compose_with_yield_from():
     assert len(echo.client.requests) == 4
 
 
+def test_a_subclass_that_writes_the_blocking_form_plainly_is_awaited_as_written():
+    class Plain(Echo):
+        def judge(self, reply, *, upper=False):
+            return f"plain {reply}"
+
+    plain = Plain(CannedClient(["never asked"]))
+    assert plain.judge("a") == "plain a"
+    assert asyncio.run(plain.ajudge("b")) == "plain b"  # not the parent's steps
+    assert asyncio.run(_arun(steps_of(plain, "judge", "c"))) == "plain c"
+    assert plain.client.requests == []
+
+
 def test_steps_of_an_object_without_twin_calls_its_pair():
     scorer = HandWritten()
     assert run_steps(steps_of(scorer, "score", 1)) == 2
