@@ -51,6 +51,7 @@ from support.canned_server import server_in_child  # noqa: E402
 import ifgym  # noqa: E402, F401
 from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
+from ifgym.runner.loop import event_loop_name, run_async  # noqa: E402
 from ifgym.runner.rollout import run  # noqa: E402
 
 REPLY = "A short reply about it."
@@ -311,7 +312,10 @@ async def _nothing():
 
 
 def print_transport(latency, n=2048, concurrency=64):
-    print(f"\ntransport: {n} chat calls at concurrency {concurrency}, server latency {latency}s, no env")
+    print(
+        f"\ntransport: {n} chat calls at concurrency {concurrency}, server latency {latency}s, no env, "
+        f"{event_loop_name()} loop, load average {os.getloadavg()[0]:.2f}"
+    )
     with server_process(latency) as server:
 
         async def measure():
@@ -331,7 +335,7 @@ def print_transport(latency, n=2048, concurrency=64):
                 await close()
             return rows
 
-        rows = asyncio.run(measure())
+        rows = run_async(measure())
     print(f"  {'client':<24} {'CPU ms/call':>11} {'ratio to ideal':>15}")
     for name, cpu, ratio in rows:
         print(f"  {name:<24} {cpu:>11.2f} {ratio:>15.2f}")

@@ -375,6 +375,7 @@ class RunRecord:
         hydra: Mapping[str, Any] | None = None,
         name: str = RECORD_FILE,
     ):
+        from ifgym.runner.loop import event_loop_name
         from ifgym.version import __version__
 
         self.path = Path(folder) / name
@@ -389,6 +390,7 @@ class RunRecord:
             "command": public_command(command),
             "cwd": os.getcwd(),
             "machine": machine(),
+            "event_loop": event_loop_name(),  # uvloop, or asyncio's own where uvloop is not installed
             "models": {},
             "hydra": public_config(dict(hydra or {})),
             "config": public_config(dict(config)),

@@ -39,10 +39,12 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from ifgym.core import Episode
+from ifgym.core.turns import json_line
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.runner.async_wrappers import async_reset, async_step
+from ifgym.runner.loop import run_async
 
 T = TypeVar("T")
 
@@ -153,7 +155,7 @@ class FailedEpisode:
         }
 
     def to_jsonl(self) -> str:
-        return json.dumps(self.to_json(), ensure_ascii=False)
+        return json_line(self.to_json())
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FailedEpisode:
@@ -827,5 +829,5 @@ async def arun(
 def run(
     make_env: Callable[[], gym.Env], make_policy: Callable[[], Any], seeds: Iterable[int], **kwargs: Any
 ) -> RunResult:
-    """Blocking wrapper around `arun` for scripts and the CLI."""
-    return asyncio.run(arun(make_env, make_policy, list(seeds), **kwargs))
+    """Blocking wrapper around `arun` for scripts and the CLI (on uvloop's loop where installed: `run_async`)."""
+    return run_async(arun(make_env, make_policy, list(seeds), **kwargs))
