@@ -19,6 +19,8 @@ excluded). `--profile` adds a cProfile of `ifgym eval` at concurrency 64: where 
 `--baseline PYTHONPATH` runs another checkout's `ifgym eval` at 64 beside this one's (a folder
 holding `ifgym` -> that checkout).
 
+Every row runs on the loop `ifgym.runner.loop.run_async` starts (uvloop where installed; printed).
+
 Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
 aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
 openai SDK over httpx2 that the client used before: what the client adds to its transport, and what the
@@ -363,7 +365,7 @@ def print_throughput(args):
         for w in (1, 2):
             rows.append(("ray", f"{w} worker(s) x 8", throughput(args.latency, args.turns, 8, 32 * w, "ray", w)))
     print(
-        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, "
+        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, {event_loop_name()} loop, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(

@@ -8,7 +8,7 @@ re-running the same command resumes into the same folder: `runs/<env>-<run_key>/
 
 `RunRecord` writes `run.json` into the run folder: the resolved config with secrets removed, the
 ifgym version and git revision (when ifgym runs from a checkout), each role's model and endpoint
-(host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the
+(host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the event loop, the
 command line, the Hydra job (mode, job number, sweep folder), the writing process's id and the run's
 status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 """
