@@ -576,12 +576,12 @@ class HTTPBackend:
         )
 
     def _json(self, content: bytes, content_type: str) -> Any:
-        """A body parsed as JSON; a body that is not (an HTML page, plain text) is a named error."""
+        """A body parsed as JSON (by orjson: an integer beyond 64 bits reads as a float); else a named error."""
         url = self._url
         labelled_json = "json" in content_type.lower()
         try:
             return orjson.loads(content)
-        except orjson.JSONDecodeError:  # what json reads and orjson refuses: NaN, UTF-16, a lone surrogate, big ints
+        except orjson.JSONDecodeError:  # what json reads and orjson refuses: NaN, UTF-16, a lone surrogate
             pass
         try:
             return json.loads(content)

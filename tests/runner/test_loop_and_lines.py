@@ -2,7 +2,8 @@
 
 A run records the loop it ran on in run.json; an episode written through orjson reads back as the
 json module wrote it before, non-ASCII text and floats included, and data orjson would read back
-otherwise (NaN, keys that are not strings) is still written by json.
+otherwise (NaN, keys that are not strings) is still written by json. The lines waiting for the log's thread
+are bounded (a disk slower than the episodes makes `append` wait).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import json
 import math
 import sys
+from dataclasses import replace
 
 import gymnasium as gym
 import pytest
@@ -84,3 +86,31 @@ def test_an_episode_written_through_orjson_reads_back_as_it_was_played(tmp_path)
     # the line of a played episode holds floats (rewards, scores): they read back as the same floats
     floats = [t.reward for e in read for t in e.turns]
     assert floats == [t.reward for e in played for t in e.turns] and all(isinstance(f, float) for f in floats)
+
+
+def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monkeypatch):
+    # a disk slower than the episodes: the lines waiting for the log's thread stay bounded (memory stays flat),
+    # and every line is written, in order
+    import time
+
+    from ifgym.runner.rollout import PENDING_LINES, EpisodeLog, StoredEpisodes
+
+    written = []
+    real_write = EpisodeLog._write
+
+    def slow_write(self, line):
+        time.sleep(0.002)
+        real_write(self, line)
+        written.append(line)
+
+    monkeypatch.setattr(EpisodeLog, "_write", slow_write)
+    (episode,) = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0], progress=False).episodes
+    log = EpisodeLog(tmp_path / "e.jsonl", "k")
+    waiting = []
+    offsets = []
+    for seed in range(3 * PENDING_LINES):
+        offsets.append(log.append(replace(episode, seed=seed)))
+        waiting.append(len(offsets) - len(written))
+    log.close()
+    assert max(waiting) <= PENDING_LINES and max(waiting) > PENDING_LINES // 2  # the bound was reached, not passed
+    assert [e.seed for e in StoredEpisodes(log.path, offsets)] == list(range(3 * PENDING_LINES))
