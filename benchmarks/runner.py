@@ -19,10 +19,12 @@ excluded). `--profile` adds a cProfile of `ifgym eval` at concurrency 64: where 
 `--baseline PYTHONPATH` runs another checkout's `ifgym eval` at 64 beside this one's (a folder
 holding `ifgym` -> that checkout).
 
+Every row runs on the loop `ifgym.runner.loop.run_async` starts (uvloop where installed; printed).
+
 Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
 aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
 openai SDK over httpx2 that the client used before: what the client adds to its transport, and what the
-transport saved.
+transport saved; with uvloop installed, `LLMClient.achat` on uvloop's and asyncio's loop, alternated 3 times.
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
@@ -51,6 +53,7 @@ from support.canned_server import server_in_child  # noqa: E402
 import ifgym  # noqa: E402, F401
 from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
+from ifgym.runner.loop import event_loop_name, loop_factory, run_async  # noqa: E402
 from ifgym.runner.rollout import run  # noqa: E402
 
 REPLY = "A short reply about it."
@@ -310,11 +313,19 @@ async def _nothing():
     return None
 
 
-def print_transport(latency, n=2048, concurrency=64):
-    print(f"\ntransport: {n} chat calls at concurrency {concurrency}, server latency {latency}s, no env")
+def print_transport(latency, n=2048, concurrency=64, pairs=3):
+    """CPU per call of each client (on the runner's loop); with uvloop installed, `LLMClient.achat` on both loops.
+
+    The loop comparison alternates uvloop's and asyncio's loop `pairs` times in this process (each a fresh loop
+    and client): a difference of a few hundredths of a ms needs the pairs side by side on a shared machine.
+    """
+    print(
+        f"\ntransport: {n} chat calls at concurrency {concurrency}, server latency {latency}s, no env, "
+        f"{event_loop_name()} loop, load average {os.getloadavg()[0]:.2f}"
+    )
     with server_process(latency) as server:
 
-        async def measure():
+        async def measure(only=None):
             rows = []
             limit = asyncio.Semaphore(concurrency)
 
@@ -323,6 +334,9 @@ def print_transport(latency, n=2048, concurrency=64):
                     await call()
 
             for name, (call, close) in transport_calls(server["base_url"]).items():
+                if only and name != only:
+                    await close()
+                    continue
                 await asyncio.gather(*(one(call) for _ in range(concurrency)))  # warm-up: the connections
                 start, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(one(call) for _ in range(n)))
@@ -331,10 +345,22 @@ def print_transport(latency, n=2048, concurrency=64):
                 await close()
             return rows
 
-        rows = asyncio.run(measure())
+        rows = run_async(measure())
+        by_loop = {"uvloop": [], "asyncio": []}
+        if loop_factory() is not None:
+            for _ in range(pairs):
+                for name, factory in (("uvloop", loop_factory()), ("asyncio", None)):
+                    with asyncio.Runner(loop_factory=factory) as runner:
+                        by_loop[name] += runner.run(measure(only="ifgym LLMClient.achat"))
     print(f"  {'client':<24} {'CPU ms/call':>11} {'ratio to ideal':>15}")
     for name, cpu, ratio in rows:
         print(f"  {name:<24} {cpu:>11.2f} {ratio:>15.2f}")
+    if by_loop["uvloop"]:
+        print(f"  LLMClient.achat, {pairs} pairs alternated, CPU ms/call (ratio to ideal):")
+        for name, got in by_loop.items():
+            print(f"    {name:<8} " + "  ".join(f"{cpu:.3f} ({ratio:.2f})" for _, cpu, ratio in got))
+    else:
+        print("  (uvloop not installed: `pip install 'ifgym[uvloop]'` to compare the loops)")
 
 
 def print_throughput(args):
@@ -359,7 +385,7 @@ def print_throughput(args):
         for w in (1, 2):
             rows.append(("ray", f"{w} worker(s) x 8", throughput(args.latency, args.turns, 8, 32 * w, "ray", w)))
     print(
-        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, "
+        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, {event_loop_name()} loop, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.errors import ConfigError
+from ifgym.runner.loop import run_async
 from ifgym.runner.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
@@ -259,5 +260,5 @@ def _worker_died(seed: int, run_key: str, times: int, error: str) -> Record:
 def run_ray(
     make_env: Callable[[], Any], make_policy: Callable[[], Any], seeds: Sequence[int], **kwargs: Any
 ) -> RunResult:
-    """Blocking wrapper around `arun_ray`."""
-    return asyncio.run(arun_ray(make_env, make_policy, list(seeds), **kwargs))
+    """Blocking wrapper around `arun_ray` (the driver's loop: `run_async`)."""
+    return run_async(arun_ray(make_env, make_policy, list(seeds), **kwargs))

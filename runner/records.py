@@ -8,7 +8,7 @@ re-running the same command resumes into the same folder: `runs/<env>-<run_key>/
 
 `RunRecord` writes `run.json` into the run folder: the resolved config with secrets removed, the
 ifgym version and git revision (when ifgym runs from a checkout), each role's model and endpoint
-(host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the
+(host only), start and end time (UTC), the machine (CPU, cores, GPU, platform, Python), the event loop, the
 command line, the Hydra job (mode, job number, sweep folder), the writing process's id and the run's
 status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 """
@@ -375,6 +375,7 @@ class RunRecord:
         hydra: Mapping[str, Any] | None = None,
         name: str = RECORD_FILE,
     ):
+        from ifgym.runner.loop import event_loop_name
         from ifgym.version import __version__
 
         self.path = Path(folder) / name
@@ -389,6 +390,7 @@ class RunRecord:
             "command": public_command(command),
             "cwd": os.getcwd(),
             "machine": machine(),
+            "event_loop": event_loop_name(),  # uvloop, or asyncio's own where uvloop is not installed
             "models": {},
             "hydra": public_config(dict(hydra or {})),
             "config": public_config(dict(config)),

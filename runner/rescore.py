@@ -33,6 +33,7 @@ from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
+from ifgym.runner.loop import run_async
 from ifgym.runner.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.simulators.base import UserSimulator
 
@@ -345,7 +346,7 @@ def rescore_episodes(plan: Plan, make_env: Callable[[], Any]) -> RunResult:
         on_episode=None,
     )
     try:
-        asyncio.run(_rescore_all(make_env, plan.source_file, plan.seeds, recorder, plan.key, resolved["concurrency"]))
+        run_async(_rescore_all(make_env, plan.source_file, plan.seeds, recorder, plan.key, resolved["concurrency"]))
     finally:
         recorder.close()
     return recorder.result()

@@ -8,7 +8,6 @@ building an Episode; `ifgym eval`'s summary is built from one pass (`RunTally`).
 from __future__ import annotations
 
 import gc
-import json
 
 import gymnasium as gym
 import pytest
@@ -56,7 +55,7 @@ def test_a_run_with_output_holds_no_episode_and_reads_them_back_from_the_file(tm
     # in the run's seed order, each as written; a second pass reads the same
     assert [e.seed for e in episodes] == [3, 1, 2] == [e.seed for e in episodes]
     lines = out.read_text(encoding="utf-8").splitlines()
-    assert sorted(json.dumps(e.to_json(), ensure_ascii=False) for e in episodes) == sorted(lines)
+    assert sorted(e.to_jsonl() for e in episodes) == sorted(lines)
     assert episodes[1].seed == 1 and episodes[-1].seed == 2 and [e.seed for e in episodes[1:]] == [1, 2]
     assert [e.to_json() for e in read_episodes(out)] == [e.to_json() for e in episodes]
 

@@ -1,0 +1,116 @@
+"""The runner's event loop (uvloop where installed, asyncio's own when not) and the episodes file's lines (orjson).
+
+A run records the loop it ran on in run.json; an episode written through orjson reads back as the
+json module wrote it before, non-ASCII text and floats included, and data orjson would read back
+otherwise (NaN, keys that are not strings) is still written by json. The lines waiting for the log's thread
+are bounded (a disk slower than the episodes makes `append` wait).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from dataclasses import replace
+
+import gymnasium as gym
+import pytest
+
+import ifgym  # noqa: F401
+from ifgym.core.turns import json_line
+from ifgym.policies import ScriptedPolicy
+from ifgym.runner.loop import event_loop_name
+from ifgym.runner.records import RunRecord
+from ifgym.runner.rollout import read_episodes, run
+
+
+def make_env():
+    return gym.make("ifgym/EvolIF-v1", max_turns=3, patience=None)
+
+
+def loop_of_a_run() -> asyncio.AbstractEventLoop:
+    """The loop `run` played its episodes on (seen from its on_episode callback, which runs inside it)."""
+    loops = []
+    run(
+        make_env,
+        lambda: ScriptedPolicy(["A reply."]),
+        [0],
+        progress=False,
+        on_episode=lambda e: loops.append(asyncio.get_running_loop()),
+    )
+    return loops[0]
+
+
+def test_a_run_plays_on_uvloop_when_it_is_installed(tmp_path):
+    uvloop = pytest.importorskip("uvloop")
+    assert isinstance(loop_of_a_run(), uvloop.Loop)
+    assert event_loop_name() == "uvloop"
+    assert RunRecord(tmp_path, config={}, key="k", command=["ifgym", "eval"]).data["event_loop"] == "uvloop"
+
+
+def test_a_run_plays_on_asyncios_loop_when_uvloop_is_absent(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # `import uvloop` raises ImportError, as when not installed
+    loop = loop_of_a_run()
+    assert type(loop).__module__.startswith("asyncio.") and isinstance(loop, asyncio.BaseEventLoop)
+    assert event_loop_name() == "asyncio"
+    assert RunRecord(tmp_path, config={}, key="k", command=["ifgym", "eval"]).data["event_loop"] == "asyncio"
+
+
+def test_a_line_is_compact_utf8_json_with_floats_as_python_writes_them():
+    data = {"reply": "Ça va — 日本語 ✓", "score": 0.1, "tiny": 1e-07, "n": 3, "ok": True, "end": None, "turns": [1.5]}
+    line = json_line(data)
+    assert line == '{"reply":"Ça va — 日本語 ✓","score":0.1,"tiny":1e-7,"n":3,"ok":true,"end":null,"turns":[1.5]}'
+    assert json.loads(line) == data == json.loads(json.dumps(data, ensure_ascii=False))
+
+
+def test_what_orjson_would_read_back_otherwise_is_written_by_json():
+    assert json_line({"x": math.nan}) == '{"x": NaN}'  # orjson would write null
+    assert json_line({"x": -math.inf}) == '{"x": -Infinity}'
+    assert json_line({1: "a"}) == '{"1": "a"}'  # orjson refuses keys that are not strings
+    assert json_line({"pair": (1, 2)}) == '{"pair": [1, 2]}'
+    assert json_line({"big": 2**70}) == '{"big": 1180591620717411303424}'
+
+
+def test_an_episode_written_through_orjson_reads_back_as_it_was_played(tmp_path):
+    reply = "Voilà : « deux » — 二つ. Score 0.25 ✓"
+    played = run(make_env, lambda: ScriptedPolicy([reply]), [4, 5], progress=False).episodes
+    out = tmp_path / "episodes.jsonl"
+    run(make_env, lambda: ScriptedPolicy([reply]), [4, 5], output=out, progress=False)
+    read = read_episodes(out)
+    assert [e.to_json() for e in read] == [e.to_json() for e in played]
+    assert all(t.reply == reply for e in read for t in e.turns)
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert lines == [e.to_jsonl() for e in played]
+    assert "二つ" in lines[0] and "\\u" not in lines[0]  # UTF-8 text, not escapes
+    # the line of a played episode holds floats (rewards, scores): they read back as the same floats
+    floats = [t.reward for e in read for t in e.turns]
+    assert floats == [t.reward for e in played for t in e.turns] and all(isinstance(f, float) for f in floats)
+
+
+def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monkeypatch):
+    # a disk slower than the episodes: the lines waiting for the log's thread stay bounded (memory stays flat),
+    # and every line is written, in order
+    import time
+
+    from ifgym.runner.rollout import PENDING_LINES, EpisodeLog, StoredEpisodes
+
+    written = []
+    real_write = EpisodeLog._write
+
+    def slow_write(self, line):
+        time.sleep(0.002)
+        real_write(self, line)
+        written.append(line)
+
+    monkeypatch.setattr(EpisodeLog, "_write", slow_write)
+    (episode,) = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0], progress=False).episodes
+    log = EpisodeLog(tmp_path / "e.jsonl", "k")
+    waiting = []
+    offsets = []
+    for seed in range(3 * PENDING_LINES):
+        offsets.append(log.append(replace(episode, seed=seed)))
+        waiting.append(len(offsets) - len(written))
+    log.close()
+    assert max(waiting) <= PENDING_LINES and max(waiting) > PENDING_LINES // 2  # the bound was reached, not passed
+    assert [e.seed for e in StoredEpisodes(log.path, offsets)] == list(range(3 * PENDING_LINES))
