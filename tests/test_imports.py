@@ -339,15 +339,16 @@ def _returned_call(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Call
 
 
 def _one_body(blocking: ast.FunctionDef, awaited: ast.AsyncFunctionDef) -> bool:
-    """A pair written once: the blocking half is `asyncio.run(ax(…))`, or both halves drive the same Steps.
+    """A pair written once: the blocking half runs the awaited one, or both halves drive the same Steps.
 
-    (`return run_steps(s(…))` and `return await arun_steps(s(…))`.)
+    (`return asyncio.run(ax(…))` or `return run_async(ax(…))`; `return run_steps(s(…))` and
+    `return await arun_steps(s(…))`.)
     """
     sync, other = _returned_call(blocking), _returned_call(awaited)
     if sync is None:
         return False
     called = ast.unparse(sync.func)
-    if called == "asyncio.run" and sync.args and isinstance(sync.args[0], ast.Call):
+    if called in ("asyncio.run", "run_async") and sync.args and isinstance(sync.args[0], ast.Call):
         return ast.unparse(sync.args[0].func).rpartition(".")[2] == awaited.name
     return (
         called == "run_steps"
