@@ -59,7 +59,7 @@ class CompositeEnv(ChatEnv):
     ## Starting State
     The seed draws the flow, first topic, task type, StructFlow user type, persona and the tracker's
     script. `reset(options=...)` may pin `template`, `topic_id`, `task`, `user_type` and `persona` (a
-    mapping of Persona fields: level, verbosity, hedging, clarity). Same seed, same episode
+    mapping of TalkStyle fields: level, verbosity, hedging, clarity). Same seed, same episode
     (template user); the user's words never depend on the replies.
 
     ## Episode End
