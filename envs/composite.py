@@ -95,6 +95,9 @@ class CompositeEnv(ChatEnv):
     | `system_prompt` | `None` | system message put first in every observation |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
+    The `user_` and `judge_` prefixes say whose setting it is: `CompositeUser` and the judge take them unprefixed
+    (`client`, `checks`, `mode`). `tracker` is the user's `tracker_config` (its `tracker` is the tracker itself).
+
     Only rule-checked constraint groups are sampled (EvolIF's three judged groups are refused: the
     composite's judge is StructFlow's checklist judge).
 
@@ -168,7 +171,7 @@ class CompositeEnv(ChatEnv):
             persona=persona,
             renderer=renderer,
             client=resolve_client(user_llm, "user") if renderer == "llm" else None,
-            k=regenerations,
+            regenerations=regenerations,
             checks=user_checks,
             templates=templates,
             topics=topics,

@@ -434,7 +434,7 @@ class CompositeUser(UserSimulator):
         persona: bool = True,
         renderer: str = "template",
         client: Any = None,
-        k: int = 3,
+        regenerations: int = 3,
         checks: str = "rules",
         templates: Any = None,
         topics: Sequence[Topic] | str | Path | None = None,
@@ -485,7 +485,9 @@ class CompositeUser(UserSimulator):
         if renderer == "llm":
             if client is None:
                 raise ConfigError("renderer='llm' needs a client for the user model (e.g. ifgym.llm.make_client)")
-            self.renderer: Renderer = LLMRenderer(client, k=k, fallback=self.template, restate="change", checks=checks)
+            self.renderer: Renderer = LLMRenderer(
+                client, regenerations=regenerations, fallback=self.template, restate="change", checks=checks
+            )
         else:
             self.renderer = self.template
         self.renderer_name = renderer
