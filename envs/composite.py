@@ -59,7 +59,7 @@ class CompositeEnv(ChatEnv):
     ## Starting State
     The seed draws the flow, first topic, task type, StructFlow user type, persona and the tracker's
     script. `reset(options=...)` may pin `template`, `topic_id`, `task`, `user_type` and `persona` (a
-    mapping of Persona fields: level, verbosity, hedging, clarity). Same seed, same episode
+    mapping of TalkStyle fields: level, verbosity, hedging, clarity). Same seed, same episode
     (template user); the user's words never depend on the replies.
 
     ## Episode End
@@ -94,6 +94,9 @@ class CompositeEnv(ChatEnv):
     | `reward_weights` | `None` | label (group or item type) → weight for `"weighted"` |
     | `system_prompt` | `None` | system message put first in every observation |
     | `max_reply_chars` | `100000` | longest accepted reply |
+
+    The `user_` and `judge_` prefixes say whose setting it is: `CompositeUser` and the judge take them unprefixed
+    (`client`, `checks`, `mode`). `tracker` is the user's `tracker_config` (its `tracker` is the tracker itself).
 
     Only rule-checked constraint groups are sampled (EvolIF's three judged groups are refused: the
     composite's judge is StructFlow's checklist judge).
@@ -168,7 +171,7 @@ class CompositeEnv(ChatEnv):
             persona=persona,
             renderer=renderer,
             client=resolve_client(user_llm, "user") if renderer == "llm" else None,
-            k=regenerations,
+            regenerations=regenerations,
             checks=user_checks,
             templates=templates,
             topics=topics,

@@ -127,6 +127,9 @@ class EvolIFEnv(ChatEnv):
     | `min_mean_constraints` | `None` | skip seeds whose first 20 turns average fewer live constraints (EvolIF: 2) |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
+    The `user_` and `judge_` prefixes say whose setting it is: `EvolIFUser` and the judge take them unprefixed
+    (`client`, `checks`, `mode`). `tracker` is the user's `tracker_config` (its `tracker` is the tracker itself).
+
     `user_checks="rules"`: a draft must contain the key values (keyword, number, emoji, letter, mode,
     format) of each rule it states, a rule check with no model call, and on a topic change the user
     model must find it points to the topic; `"model"`: the user model checks the topic and every
@@ -258,7 +261,7 @@ class EvolIFEnv(ChatEnv):
                 renderer=renderer,
                 tracker_config=config,
                 client=resolve_client(user_llm, "user") if renderer == "llm" else None,
-                k=regenerations,
+                regenerations=regenerations,
                 restate=restate,
                 adaptive=adaptive,
                 checks=user_checks,

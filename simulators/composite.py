@@ -75,8 +75,8 @@ __all__ = [
     "CompositeRenderer",
     "CompositeRequest",
     "CompositeUser",
-    "Persona",
-    "PersonaMix",
+    "TalkStyle",
+    "TalkStyleMix",
     "persona_words",
 ]
 
@@ -89,13 +89,16 @@ RENDERERS = ("template", "llm")
 
 
 # ---------------------------------------------------------------------------------------------
-# Persona
+# TalkStyle: the persona axis, how one user talks
 # ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Persona:
-    """How one user talks: cooperativeness `level` (FlexBench's poor / general / good) and three traits."""
+class TalkStyle:
+    """How one user talks (the persona axis): a cooperativeness `level` (poor / general / good) and three traits.
+
+    The levels are FlexBench's; FlexBench's own `Persona` (a caller's profile and SOP delta) is another thing.
+    """
 
     level: str
     verbosity: str = "plain"
@@ -113,11 +116,11 @@ class Persona:
                 raise UnknownNameError(f"persona {name}", value, allowed)
 
     def to_json(self) -> dict[str, str]:
-        """The persona as a plain mapping (episode meta, W&B)."""
+        """The talk style as a plain mapping (episode meta `persona`, W&B)."""
         return {"level": self.level, "verbosity": self.verbosity, "hedging": self.hedging, "clarity": self.clarity}
 
     def style(self) -> Style:
-        """The persona as the LLM user's style (who it is, its voice, its traits)."""
+        """The talk style as the LLM user's `Style` (who it is, its voice, its traits)."""
         return Style(
             id=f"composite-{self.level}-{self.verbosity}-{self.hedging}-{self.clarity}",
             persona=_LLM_PERSONA[self.level],
@@ -156,8 +159,8 @@ def _weights(value: Any, allowed: Sequence[str], name: str) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class PersonaMix:
-    """Which personas a task draws, one per episode: a weight per level and per trait value (default: uniform)."""
+class TalkStyleMix:
+    """Which talk styles a task draws, one per episode: a weight per level and per trait value (default: uniform)."""
 
     levels: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(LEVELS, 1.0))
     verbosity: Mapping[str, float] = field(default_factory=lambda: dict.fromkeys(VERBOSITY, 1.0))
@@ -169,7 +172,7 @@ class PersonaMix:
             object.__setattr__(self, name, _weights(getattr(self, name), allowed, name))
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any] | None) -> PersonaMix:
+    def from_mapping(cls, data: Mapping[str, Any] | None) -> TalkStyleMix:
         """From a plain mapping (a config file's `persona_mix`); unknown keys get a did-you-mean error."""
         data = dict(data or {})
         for key in data:
@@ -177,14 +180,14 @@ class PersonaMix:
                 raise UnknownNameError("persona_mix field", key, _TRAITS)
         return cls(**data)
 
-    def draw(self, rng: np.random.Generator) -> Persona:
-        """One persona; four draws from `rng` whatever the weights."""
+    def draw(self, rng: np.random.Generator) -> TalkStyle:
+        """One talk style; four draws from `rng` whatever the weights."""
         picks = []
         for name in _TRAITS:
             options = getattr(self, name)
             names, w = list(options), np.array(list(options.values()))
             picks.append(names[int(rng.choice(len(names), p=w / w.sum()))])
-        return Persona(*picks)
+        return TalkStyle(*picks)
 
     def to_json(self) -> dict[str, dict[str, float]]:
         """The mix as plain mappings."""
@@ -251,7 +254,7 @@ _LLM_CLARITY = {
 
 
 def persona_words(
-    persona: Persona | None, request: str, change: str | None, rng: np.random.Generator, *, first: bool = False
+    persona: TalkStyle | None, request: str, change: str | None, rng: np.random.Generator, *, first: bool = False
 ) -> str:
     """The user's message: the turn's `request` and its `change` statement, worded in the persona's way.
 
@@ -307,7 +310,7 @@ class CompositeRequest(RenderRequest):
     focus: str = ""
     task: TaskType | None = None
     voice: int = 0
-    persona: Persona | None = None
+    persona: TalkStyle | None = None
 
 
 _STRUCTURE_TEXT = {
@@ -417,10 +420,10 @@ class CompositeUser(UserSimulator):
 
     `structure`, `constraints`, `persona` switch the axes. `templates`/`topics`/`tasks`/`user_types`/
     `constraints_per_turn` are StructFlow's generator settings (the last only matters with constraints
-    off); `tracker_config` EvolIF's tracker's; `persona_mix` which personas are drawn; `min_turns`
+    off); `tracker_config` EvolIF's tracker's; `persona_mix` which talk styles are drawn; `min_turns`
     chains templates (joined by unrelated turns) until the flow has at least that many turns.
     `reset(rng, options)` accepts `template`, `topic_id`, `task`, `user_type` and `persona` (a mapping
-    of Persona fields) to pin the draw.
+    of TalkStyle fields) to pin the draw.
     """
 
     def __init__(
@@ -431,7 +434,7 @@ class CompositeUser(UserSimulator):
         persona: bool = True,
         renderer: str = "template",
         client: Any = None,
-        k: int = 3,
+        regenerations: int = 3,
         checks: str = "rules",
         templates: Any = None,
         topics: Sequence[Topic] | str | Path | None = None,
@@ -439,7 +442,7 @@ class CompositeUser(UserSimulator):
         user_types: Sequence[str] | None = None,
         constraints_per_turn: tuple[int, int] = (1, 2),
         tracker_config: TrackerConfig | Mapping[str, Any] | None = None,
-        persona_mix: PersonaMix | Mapping[str, Any] | None = None,
+        persona_mix: TalkStyleMix | Mapping[str, Any] | None = None,
         min_turns: int | None = None,
     ):
         for name, value in (("structure", structure), ("constraints", constraints), ("persona", persona)):
@@ -465,7 +468,9 @@ class CompositeUser(UserSimulator):
         if isinstance(tracker_config, Mapping):
             tracker_config = TrackerConfig.from_mapping(tracker_config)
         self.tracker_config = tracker_config or TrackerConfig(groups=tuple(RULE_GROUPS))
-        self.persona_mix = persona_mix if isinstance(persona_mix, PersonaMix) else PersonaMix.from_mapping(persona_mix)
+        self.persona_mix = (
+            persona_mix if isinstance(persona_mix, TalkStyleMix) else TalkStyleMix.from_mapping(persona_mix)
+        )
         self.min_turns = min_turns
         self.generator = TemplateDialogueGenerator(
             templates=_templates(templates),
@@ -480,13 +485,15 @@ class CompositeUser(UserSimulator):
         if renderer == "llm":
             if client is None:
                 raise ConfigError("renderer='llm' needs a client for the user model (e.g. ifgym.llm.make_client)")
-            self.renderer: Renderer = LLMRenderer(client, k=k, fallback=self.template, restate="change", checks=checks)
+            self.renderer: Renderer = LLMRenderer(
+                client, regenerations=regenerations, fallback=self.template, restate="change", checks=checks
+            )
         else:
             self.renderer = self.template
         self.renderer_name = renderer
         self._plan: _Plan | None = None
         self._dialogue: Dialogue | None = None
-        self._persona: Persona | None = None
+        self._persona: TalkStyle | None = None
         self._render_rng: np.random.Generator | None = None
         self._k = 0
 
@@ -521,7 +528,7 @@ class CompositeUser(UserSimulator):
         }
 
     @property
-    def persona(self) -> Persona | None:
+    def persona(self) -> TalkStyle | None:
         """The episode's persona (None with the persona axis off)."""
         return self._persona
 
@@ -568,7 +575,7 @@ class CompositeUser(UserSimulator):
         self._plan = _Plan(flow, [], task, user, did)
         return self.tracker.reset(tracker_rng, topic.id)
 
-    def _draw_persona(self, rng: np.random.Generator, pinned: Mapping | None) -> Persona | None:
+    def _draw_persona(self, rng: np.random.Generator, pinned: Mapping | None) -> TalkStyle | None:
         drawn = self.persona_mix.draw(rng)  # always drawn, so a pin or the axis leaves the other streams alone
         if not self.axes["persona"]:
             if pinned is not None:
@@ -576,8 +583,10 @@ class CompositeUser(UserSimulator):
             return None
         if pinned is not None:
             if not isinstance(pinned, Mapping):
-                raise ConfigError(f"reset option 'persona' must be a mapping of Persona fields, got {pinned!r}")
-            return Persona(**{**drawn.to_json(), **dict(pinned)})
+                raise ConfigError(
+                    f"reset option 'persona' must map level, verbosity, hedging, clarity to values, got {pinned!r}"
+                )
+            return TalkStyle(**{**drawn.to_json(), **dict(pinned)})
         return drawn
 
     def _lengthen(self, flow: Flow, rng: np.random.Generator) -> Flow:

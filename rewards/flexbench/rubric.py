@@ -3,8 +3,14 @@
 The env's turn loop (`ChatEnv`) asks it for each turn's reward from the gated dimension labels:
 base actions and branches newly satisfied this turn count up, always-on rules newly broken count
 down (each once), over the number of dimensions; the last turn can add `end_weight` × the episode
-score. The caller's own patience lives in the caller (it hangs up); the rubric's own end rule is
-the turn limit, where a reply that closes the call still ends it properly.
+score. The rubric's own end rule is the turn limit, where a reply that closes the call still ends it
+properly. The caller's patience lives in the caller, not here as in the other tasks: it drops on the
+caller's own reading of the agent's message (the scripted caller's: asked nothing new, gave nothing
+useful, repeated itself; the LLM caller's: its end detector's, else an empty or repeated message),
+never on the verdicts, which may not exist that turn (`judge_every_turn=False`); how full it starts
+is drawn with the caller's profile at its reset; and running out is the caller's last words (a
+hang-up line from its own rng). Rescoring reads it back from the recorded turns (`caller_meta`),
+where no caller runs.
 """
 
 from __future__ import annotations

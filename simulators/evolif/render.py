@@ -390,8 +390,8 @@ _Dialogue = Conversation[RenderResult]
 class LLMRenderer(Renderer):
     """A user model writes the message in the user's style; checks decide whether to keep it.
 
-    `restate` and `checks`: see the module docstring. Up to `k` regenerations (so at most k + 1
-    drafts) before falling back to `fallback` (a TemplateRenderer with the same `restate` by
+    `restate` and `checks`: see the module docstring. Up to `regenerations` redrafts (so at most
+    regenerations + 1 drafts) before falling back to `fallback` (a TemplateRenderer with the same `restate` by
     default). The fallback text is computed first on every turn, so the rng stream does not depend
     on what the model says. Regenerations carry the reason the previous draft was rejected, so a
     deterministic model does not repeat itself. The prompt shows the dialogue only when the request
@@ -401,17 +401,17 @@ class LLMRenderer(Renderer):
     def __init__(
         self,
         client: ChatClient,
-        k: int = 3,
+        regenerations: int = 3,
         fallback: Renderer | None = None,
         *,
         restate: str = "change",
         checks: str = "rules",
         **gen_overrides: Any,
     ):
-        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-            raise ConfigError(f"LLMRenderer k (regenerations) must be an int >= 0, got {k!r}")
+        if not isinstance(regenerations, int) or isinstance(regenerations, bool) or regenerations < 0:
+            raise ConfigError(f"LLMRenderer regenerations must be an int >= 0, got {regenerations!r}")
         self.client = client
-        self.k = k
+        self.regenerations = regenerations
         self.restate = _check_choice("restate", restate, RESTATE, "LLMRenderer")
         self.checks = _check_choice("checks", checks, CHECKS, "LLMRenderer")
         self.fallback = fallback if fallback is not None else TemplateRenderer(restate)
@@ -423,7 +423,7 @@ class LLMRenderer(Renderer):
         self._stats = {
             "renders": 0,
             "llm_calls": 0,
-            "drafts": 0,  # checked tries: every draft the user model wrote (at most k + 1 per render)
+            "drafts": 0,  # checked tries: every draft the user model wrote (at most regenerations + 1 per render)
             "regenerations": 0,
             "llm_fallbacks": 0,
             "topic_check_failures": 0,
@@ -530,7 +530,7 @@ class LLMRenderer(Renderer):
         stats["renders"] += 1
         feedback: str | None = None
         check = self._model_checks if self.checks == "model" else self._rule_checks
-        for attempt in range(1, self.k + 2):
+        for attempt in range(1, self.regenerations + 2):
             stats["drafts"] += 1
             if attempt > 1:
                 stats["regenerations"] += 1
@@ -543,7 +543,7 @@ class LLMRenderer(Renderer):
             if feedback is None:
                 return RenderResult(text, False, attempt)
         stats["llm_fallbacks"] += 1
-        return RenderResult(template_text, True, self.k + 1)
+        return RenderResult(template_text, True, self.regenerations + 1)
 
     def _rule_checks(self, request: RenderRequest, text: str) -> Conversation[str | None]:
         """EvolIF's checks: the stated constraints' key values by rule; the topic by the model on a topic change."""

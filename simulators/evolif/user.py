@@ -480,7 +480,7 @@ def _streams(rng: np.random.Generator) -> tuple[int, int, int]:
 class EvolIFUser(UserSimulator):
     """The EvolIF user: tracker decides the spec, a renderer words it.
 
-    `renderer` is "template" (deterministic, no model), "llm" (needs `client`; `k` regenerations
+    `renderer` is "template" (deterministic, no model), "llm" (needs `client`; `regenerations` redrafts
     before the template fallback) or any Renderer. `restate` ("change": only what is new on the
     turn, as EvolIF; "all": every live constraint on every turn) and `checks` ("rules" or "model",
     LLM renderer only) configure the named renderers (see ifgym.simulators.evolif.render). `adaptive=False`
@@ -500,7 +500,7 @@ class EvolIFUser(UserSimulator):
         client: Any = None,
         topics: Sequence[Topic] | Sequence[Mapping[str, Any]] | str | Path | None = None,
         styles: Sequence[Style] | Sequence[Mapping[str, Any]] | str | Path | None = None,
-        k: int = 3,
+        regenerations: int = 3,
         restate: str = "change",
         adaptive: bool = False,
         checks: str = "rules",
@@ -526,7 +526,7 @@ class EvolIFUser(UserSimulator):
         elif renderer == "llm":
             if client is None:
                 raise ConfigError("renderer='llm' needs a client for the user model (e.g. ifgym.llm.make_client)")
-            self.renderer = LLMRenderer(client, k=k, restate=restate, checks=checks)
+            self.renderer = LLMRenderer(client, regenerations=regenerations, restate=restate, checks=checks)
             self.renderer_name = "llm"
         else:
             raise UnknownNameError("renderer", renderer, RENDERERS)

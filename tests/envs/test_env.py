@@ -219,7 +219,7 @@ def test_llm_pieces_record_the_nondeterministic_id_and_pass_regenerations():
     env.reset(seed=0)
     env.step("A reply.")
     assert env.unwrapped.episode.env_id == "ifgym/EvolIF-LLM-v1"
-    assert env.unwrapped.user.renderer.k == 0
+    assert env.unwrapped.user.renderer.regenerations == 0
     assert gym.make("ifgym/EvolIF-v1").unwrapped.env_name == "ifgym/EvolIF-v1"
 
 

@@ -19,7 +19,7 @@ from support.paths import REPO
 
 import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.simulators.composite import _BURIED, _CONTEXT, _EXPLICIT, Persona, PersonaMix, persona_words
+from ifgym.simulators.composite import _BURIED, _CONTEXT, _EXPLICIT, TalkStyle, TalkStyleMix, persona_words
 
 README = REPO / "README.md"
 NEUTRAL = {"level": "general", "verbosity": "terse", "hedging": "none", "clarity": "plain"}
@@ -138,25 +138,25 @@ def test_persona_words_known_inputs():
     state = dict(rng.bit_generator.state)
     assert persona_words(None, "Write about tea.", "Also use JSON.", rng) == "Write about tea. Also use JSON."
     assert rng.bit_generator.state == state  # the neutral user draws nothing
-    buried = persona_words(Persona("general", "terse", "none", "buried"), "Write about tea.", "Also use JSON.", rng)
+    buried = persona_words(TalkStyle("general", "terse", "none", "buried"), "Write about tea.", "Also use JSON.", rng)
     assert buried.startswith("Write about tea.") and buried.endswith("also use JSON.")
     assert any(buried.endswith(b.format(c="also use JSON.")) for b in _BURIED)
-    explicit = persona_words(Persona("good", "terse", "none", "explicit"), "Write about tea.", "Also use JSON.", rng)
+    explicit = persona_words(TalkStyle("good", "terse", "none", "explicit"), "Write about tea.", "Also use JSON.", rng)
     assert any(e.format(c="also use JSON.") in explicit for e in _EXPLICIT)
     assert explicit.index("Write about tea.") < explicit.index("also use JSON.")
-    hedged = persona_words(Persona("general", "terse", "some", "plain"), "Write about tea.", None, rng)
+    hedged = persona_words(TalkStyle("general", "terse", "some", "plain"), "Write about tea.", None, rng)
     assert hedged.endswith("write about tea.") and hedged != "write about tea."
 
 
 def test_persona_mix_draws_only_what_it_allows_and_rejects_unknown_names():
-    mix = PersonaMix.from_mapping({"levels": {"poor": 1}, "clarity": ["buried", "explicit"], "hedging": "heavy"})
+    mix = TalkStyleMix.from_mapping({"levels": {"poor": 1}, "clarity": ["buried", "explicit"], "hedging": "heavy"})
     drawn = {mix.draw(np.random.default_rng(s)) for s in range(30)}
     assert {p.level for p in drawn} == {"poor"} and {p.hedging for p in drawn} == {"heavy"}
     assert {p.clarity for p in drawn} == {"buried", "explicit"}
     with pytest.raises(UnknownNameError, match="levels"):
-        PersonaMix.from_mapping({"levels": {"rude": 1}})
+        TalkStyleMix.from_mapping({"levels": {"rude": 1}})
     with pytest.raises(UnknownNameError, match="persona_mix field"):
-        PersonaMix.from_mapping({"level": ["poor"]})
+        TalkStyleMix.from_mapping({"level": ["poor"]})
 
 
 def _fails_everything(obs) -> str:

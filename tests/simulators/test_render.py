@@ -311,9 +311,9 @@ def test_length_wording(params, fragment):
 V0 = {"restate": "all", "checks": "model"}
 
 
-def llm(fn, k=3, **kw):
+def llm(fn, regenerations=3, **kw):
     client = CannedClient(fn, role="user")
-    return LLMRenderer(client, k=k, **kw), client
+    return LLMRenderer(client, regenerations=regenerations, **kw), client
 
 
 def test_llm_draft_that_passes_is_used():
@@ -338,7 +338,7 @@ def test_llm_regenerates_after_a_failed_constraint_check():
 
 @pytest.mark.parametrize("k", [0, 1, 3])
 def test_llm_falls_back_to_the_template_after_k_regenerations(k):
-    renderer, client = llm(scripted_user_model(topic=lambda m: "no"), k=k, **V0)
+    renderer, client = llm(scripted_user_model(topic=lambda m: "no"), regenerations=k, **V0)
     result = renderer.render(request(), np.random.default_rng(5))
     template = TemplateRenderer("all").render(request(), np.random.default_rng(5)).text
     assert result.text == template and result.fallback and result.attempts == k + 1
@@ -363,7 +363,7 @@ def test_llm_falls_back_to_the_template_after_k_regenerations(k):
     ],
 )
 def test_llm_bad_answers_count_as_failed_checks(script, stat):
-    renderer, _ = llm(scripted_user_model(**script), k=1, **V0)
+    renderer, _ = llm(scripted_user_model(**script), regenerations=1, **V0)
     result = renderer.render(request(), np.random.default_rng(0))
     assert result.fallback and renderer.stats[stat] == 2
 
@@ -394,8 +394,8 @@ def test_llm_v0_prompts_carry_style_topic_change_constraints_and_recent_history(
 def test_llm_async_matches_sync(kw):
     fn = scripted_user_model(checklist=lambda m: '{"1": "no", "2": "yes"}', topic=lambda m: "no")
     q = request(move="return", change="add", constraints=(WORDS, UPPER), new=UPPER)
-    sync, _ = llm(fn, k=2, **kw)
-    asyn, _ = llm(fn, k=2, **kw)
+    sync, _ = llm(fn, regenerations=2, **kw)
+    asyn, _ = llm(fn, regenerations=2, **kw)
     a = sync.render(q, np.random.default_rng(3))
     b = asyncio.run(asyn.arender(q, np.random.default_rng(3)))
     assert a == b and sync.stats == asyn.stats and a.fallback
@@ -416,9 +416,9 @@ def test_llm_persona_wording(persona, expected):
     assert expected in client.requests[0][0]["content"]
 
 
-def test_llm_k_must_be_a_count():
-    with pytest.raises(ConfigError, match="k"):
-        LLMRenderer(CannedClient(["x"]), k=-1)
+def test_llm_regenerations_must_be_a_count():
+    with pytest.raises(ConfigError, match="regenerations must be an int >= 0"):
+        LLMRenderer(CannedClient(["x"]), regenerations=-1)
 
 
 def test_llm_generation_is_cleaned_of_labels_and_quotes():
@@ -446,7 +446,7 @@ def test_parse_checklist(text, n, expected):
 
 def test_adaptive_user_with_llm_renderer_counts_stats_and_passes_missed_requirements():
     client = CannedClient(scripted_user_model(topic=lambda m: "no"), role="user")
-    user = EvolIFUser(renderer="llm", client=client, styles=[STYLE], k=1, adaptive=True, **V0)
+    user = EvolIFUser(renderer="llm", client=client, styles=[STYLE], regenerations=1, adaptive=True, **V0)
     first = user.reset(np.random.default_rng(0))
     assert first.spec.meta["fallback"] is True and first.spec.meta["renderer"] == "llm"
     verdicts = [Verdict("no", "missed")] * len(first.spec.constraints)
@@ -526,7 +526,8 @@ def test_llm_topic_is_checked_by_the_model_only_when_the_topic_changes(move, tur
 def test_llm_topic_unrelated_draft_is_redrafted_then_falls_back_to_the_change_only_template():
     q = request(move="return", turn=8, change="add", constraints=(WORDS, UPPER), new=UPPER)
     renderer, client = llm(
-        scripted_user_model(generate=lambda m: "Regarding the earlier topic: all caps.", topic=lambda m: "no"), k=2
+        scripted_user_model(generate=lambda m: "Regarding the earlier topic: all caps.", topic=lambda m: "no"),
+        regenerations=2,
     )
     result = renderer.render(q, np.random.default_rng(4))
     assert result.fallback and result.attempts == 3
@@ -545,7 +546,7 @@ def test_llm_removal_needs_no_key_values():
 def test_user_is_response_independent_unless_adaptive():
     def play(adaptive, reply):
         client = CannedClient(scripted_user_model(generate=lambda m: "x"), role="user")
-        user = EvolIFUser(renderer="llm", client=client, styles=[STYLE], k=0, adaptive=adaptive)
+        user = EvolIFUser(renderer="llm", client=client, styles=[STYLE], regenerations=0, adaptive=adaptive)
         turn = user.reset(np.random.default_rng(2))
         history = [{"role": "user", "content": turn.text}]
         for _ in range(6):
