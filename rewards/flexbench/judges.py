@@ -1,4 +1,4 @@
-"""FlexBench's judges (rule and LLM) and the scorer the env uses."""
+"""FlexBench's rule checker, its LLM judge and the scorer the env uses."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def _agent_messages(trace: Trace, start: int = 0) -> list[tuple[int, str]]:
     ]
 
 
-class RuleJudge:
-    """The offline judge: applies each dimension's `rule` to the trace (no model).
+class RuleDimensionChecker:
+    """The offline checker: applies each dimension's `rule` to the trace (no model).
 
     A branch's scope starts after the first caller message matching `when` (none: unknown,
     precondition not met); the scope of a base action or an always-on rule is every assistant
@@ -266,7 +266,7 @@ class LLMDimensionJudge(Judge):
     unknown (counted in `.stats["unknown"]`), never yes or no. The
     model reports yes / no / skipped / unknown; "skipped" becomes unknown for a base action (not
     attempted) and an always-on rule, and no for a branch (its condition held and it was not done),
-    so the labels mean what `RuleJudge`'s mean (counted in `.stats["skipped"]`).
+    so the labels mean what `RuleDimensionChecker`'s mean (counted in `.stats["skipped"]`).
 
     `mode="evidence"`: the judge quotes the agent's words before each label, and a yes for a base
     action or a branch whose quote is missing or in no agent message counts as skipped (counted in
@@ -355,13 +355,15 @@ class LLMDimensionJudge(Judge):
 class FlexBenchScorer:
     """Judges the whole trace so far against every dimension (the TurnScorer protocol).
 
-    `judge` is a RuleJudge or LLMDimensionJudge. The assistant message equal to `opening_line`
+    `judge` is a RuleDimensionChecker or LLMDimensionJudge. The assistant message equal to `opening_line`
     at the start of the dialogue is marked as scripted (no credit for the model). System messages
     are left out of the trace. Scores carry one verdict per dimension (strict = loose), labelled
     with the dimension ids.
     """
 
-    def __init__(self, dimensions: DimensionSet, judge: RuleJudge | LLMDimensionJudge, opening_line: str | None = None):
+    def __init__(
+        self, dimensions: DimensionSet, judge: RuleDimensionChecker | LLMDimensionJudge, opening_line: str | None = None
+    ):
         self.dimensions = dimensions
         self.judge = judge
         self.opening_line = opening_line
