@@ -81,7 +81,7 @@ class NTMRubric(Rubric):
     def __init__(self) -> None:
         self.patience = Patience(None)
 
-    def judges(self, ending: Ending | None) -> bool:
+    def scores_turn(self, ending: Ending | None) -> bool:
         """Only the final reply is judged."""
         return ending is not None
 
