@@ -59,7 +59,7 @@ __all__ = [
     "JudgeParse",
     "EvolIFJudge",
     "axis_of",
-    "parse_labels",
+    "parse_blind_labels",
     "parse_scores",
     "voice_of",
     "withhold_addressed",
@@ -475,7 +475,7 @@ def _axis_entries(data: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def parse_labels(text: str, axes: Sequence[str]) -> BlindParse:
+def parse_blind_labels(text: str, axes: Sequence[str]) -> BlindParse:
     """Read a blind answer for `axes`. Never raises; missing or unusable axes are listed as problems.
 
     JSON (in or out of a fence, repaired when broken) with one key per axis, else "Emotion: sad" lines.
@@ -607,7 +607,7 @@ class EvolIFJudge(Judge):
         if asked:
             best, attempts = yield from self.ask(
                 self._blind_messages(text, asked),
-                lambda answer: parse_labels(answer, asked),
+                lambda answer: parse_blind_labels(answer, asked),
                 covers=lambda parse: parse.covers(asked),
                 complete=lambda parse: parse.complete(asked),
                 instruction=f"Reply with only the JSON object with the keys {keys}, each set to one of its labels.",

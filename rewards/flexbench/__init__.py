@@ -92,7 +92,7 @@ never make up for doing nothing: a call that says goodbye at once keeps every ru
 average would reward that. Breaking every rule scores 0 however complete the call was.
 
 The package is split by stage: `dimensions` (the schema, loading, `fingerprint`), `gating` (verdicts
-to Coverage, Achievement, Compliance), `judges` (the rule and LLM judges, the scorer the env uses),
+to Coverage, Achievement, Compliance), `judges` (the rule checker, the LLM judge, the scorer the env uses),
 `rubric` (the env's turn and episode rewards, its end rule), `report` (corpus metrics, tables,
 heatmaps) and `pipeline` (building dimensions from an SOP with a model); import its public names
 from here.
@@ -118,7 +118,7 @@ from ifgym.rewards.flexbench.judges import (
     FlexBenchScorer,
     LLMDimensionJudge,
     RuleDimensionChecker,
-    parse_labels,
+    parse_dimension_labels,
 )
 from ifgym.rewards.flexbench.pipeline import (
     PAPER_TEMPERATURE,
@@ -202,5 +202,5 @@ __all__ = [
     "dimension_names",
     "episode_dimensions",
     "episode_metrics",
-    "parse_labels",
+    "parse_dimension_labels",
 ]

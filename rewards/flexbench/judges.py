@@ -210,7 +210,7 @@ def _label_entries(data: Any) -> list[tuple[Any, Any]] | None:
     return None
 
 
-def parse_labels(text: str, ids: Sequence[str]) -> _LabelParse:
+def parse_dimension_labels(text: str, ids: Sequence[str]) -> _LabelParse:
     """Read the judge's answer for dimensions `ids` (items 1..n, or by dimension id). Never raises.
 
     Entries go to items by `ifgym.answers.place`: by their item number or dimension id, else by
@@ -308,7 +308,7 @@ class LLMDimensionJudge(Judge):
         n = len(ids)
         best, attempts = yield from self.ask(
             self.build_messages(dims, trace, self.mode),
-            lambda text: parse_labels(text, ids),
+            lambda text: parse_dimension_labels(text, ids),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: not parse.problems,
             instruction=f'Reply with only the JSON object {{"items": [...]}} holding exactly {n} entries, '

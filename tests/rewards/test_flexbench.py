@@ -27,7 +27,7 @@ from ifgym.rewards.flexbench import (
     gate,
     heatmap_matrix,
     load_dimensions,
-    parse_labels,
+    parse_dimension_labels,
     plot_heatmap,
     summarize,
 )
@@ -471,20 +471,24 @@ def test_llm_judge_prompt_fences_the_transcript_and_marks_the_opening():
     assert "Precondition: If the caller is not in charge" in body and "exactly 8 entries" in body
 
 
-def test_parse_labels_places_unnumbered_entries_by_position_only_when_the_count_is_exact():
-    exact = parse_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}]}), ["a", "b"])
+def test_parse_dimension_labels_places_unnumbered_entries_by_position_only_when_the_count_is_exact():
+    exact = parse_dimension_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}]}), ["a", "b"])
     assert exact.labels == {1: ("yes", ""), 2: ("no", "")} and not exact.problems
-    extra = parse_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}, {"label": "no"}]}), ["a", "b"])
+    extra = parse_dimension_labels(
+        json.dumps({"items": [{"label": "yes"}, {"label": "no"}, {"label": "no"}]}), ["a", "b"]
+    )
     assert extra.labels == {} and extra.unplaced == 3
     assert "3 answers for 2 items" in extra.problems[0]
-    by_id = parse_labels(json.dumps({"items": [{"label": "yes"}, {"id": "b", "label": "no"}]}), ["a", "b"])
+    by_id = parse_dimension_labels(json.dumps({"items": [{"label": "yes"}, {"id": "b", "label": "no"}]}), ["a", "b"])
     assert by_id.labels == {1: ("yes", ""), 2: ("no", "")}  # an id places its entry, the other takes its position
-    clash = parse_labels(json.dumps({"items": [{"id": "b", "label": "no"}, {"label": "yes"}]}), ["a", "b"])
+    clash = parse_dimension_labels(json.dumps({"items": [{"id": "b", "label": "no"}, {"label": "yes"}]}), ["a", "b"])
     assert clash.labels == {2: ("no", "")}  # position 2 is taken by "b": item 1 stays unanswered, never guessed
 
 
-def test_parse_labels_reports_missing_and_extra_items():
-    parse = parse_labels(json.dumps({"items": [{"item": 1, "label": "yes"}, {"item": 5, "label": "no"}]}), ["a", "b"])
+def test_parse_dimension_labels_reports_missing_and_extra_items():
+    parse = parse_dimension_labels(
+        json.dumps({"items": [{"item": 1, "label": "yes"}, {"item": 5, "label": "no"}]}), ["a", "b"]
+    )
     assert "no label for item(s) 2" in "; ".join(parse.problems) and "5 do not exist" in "; ".join(parse.problems)
 
 
