@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ifgym.answers import defang, extract_json, item_number, item_problems, place
 from ifgym.core import TurnSpec, Verdict
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import Steps, steps_of, twin
+from ifgym.model_answers import defang, extract_json, item_number, item_problems, place
 from ifgym.rewards.flexbench.dimensions import Dimension, DimensionRule, DimensionSet, Message, Trace
 from ifgym.rewards.judge import Judge, quote_found, unplaced_note
 from ifgym.rewards.scorer import Scores
@@ -180,7 +180,7 @@ class _LabelParse:
     labels: dict[int, tuple[str | None, str]] = field(default_factory=dict)  # item -> (label or None, reason)
     problems: list[str] = field(default_factory=list)
     evidence: dict[int, Any] = field(default_factory=dict)  # item -> the words it quotes (evidence mode)
-    unplaced: int = 0  # answers without an item number that could not be placed (ifgym.answers.place)
+    unplaced: int = 0  # answers without an item number that could not be placed (ifgym.model_answers.place)
 
     def covers(self, n: int) -> int:
         """How many of items 1..n have an entry (an unreadable label counts)."""
@@ -213,7 +213,7 @@ def _label_entries(data: Any) -> list[tuple[Any, Any]] | None:
 def parse_dimension_labels(text: str, ids: Sequence[str]) -> _LabelParse:
     """Read the judge's answer for dimensions `ids` (items 1..n, or by dimension id). Never raises.
 
-    Entries go to items by `ifgym.answers.place`: by their item number or dimension id, else by
+    Entries go to items by `ifgym.model_answers.place`: by their item number or dimension id, else by
     position only when there are exactly n entries.
     """
     entries = _label_entries(extract_json(text, lambda data: _label_entries(data) is not None))
@@ -261,7 +261,7 @@ class LLMDimensionJudge(Judge):
     """Per-dimension verdicts over the whole trace from a judge model, in one call per trace.
 
     Answers go to dimensions by item number or dimension id; entries with neither are placed by
-    position only when there is one per dimension (`ifgym.answers.place`). Answers that leave items
+    position only when there is one per dimension (`ifgym.model_answers.place`). Answers that leave items
     out are re-asked up to `max_retries` times; items still missing or with unreadable labels are
     unknown (counted in `.stats["unknown"]`), never yes or no. The
     model reports yes / no / skipped / unknown; "skipped" becomes unknown for a base action (not
