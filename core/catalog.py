@@ -10,7 +10,7 @@ END_LETTERS, EMOJIS, NATURAL_QUOTATION_PAIRS and NATURAL_INCLUDE_MARKS the ones 
 Where ifgym's rules differ from EvolIF's own checkers, the class docstring says so; in short we
 are stricter about formats (CSV needs a real table, Markdown needs Markdown, HTML needs balanced
 tags) and we never turn a failing tool into a pass. EvolIF's own verdicts are one call away:
-`ifgym.rewards.check(constraint, reply, semantics="evolif")` (see `ifgym.rewards.evolif.compat`).
+`ifgym.rewards.check(constraint, reply, semantics="evolif")` (see `ifgym.rewards.evolif.evaluator`).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ EvolIF's files (sometimes empty, sometimes another instruction's text). Every ar
 EvolIF's own validation accepts is read, including `countableItems {"num": 0}` (no bullet points),
 `length` with `number` 0, keywords containing a newline, and more than three `existence` keywords.
 
-EvolIF's own verdicts on these constraints are `ifgym.rewards.evolif.compat.evolif_check` (or
+EvolIF's own verdicts on these constraints are `ifgym.rewards.evolif.evaluator.evolif_check` (or
 `ifgym.rewards.check(..., semantics="evolif")`): scoring, not vocabulary, so it lives with the rewards.
 """
 

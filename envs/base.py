@@ -31,7 +31,7 @@ class ChatEnv(gym.Env[list, str]):
     A step scores the reply, grades it with the rubric, asks the rubric whether the dialogue ends
     and otherwise lets the user speak. `user_sees_verdicts=False` passes the user no verdicts and
     scores the reply after the user has answered, so the rubric can score only the turns it needs
-    (the last one, when `judges` says so). `task` (`ifgym.core.tasks.Task`, no default) says what is
+    (the last one, when `scores_turn` says so). `task` (`ifgym.core.tasks.Task`, no default) says what is
     task-specific: the metrics a run reports, the judge audit's suite, the training rewards and
     exports; it is `env.task`.
     """
@@ -232,7 +232,9 @@ class ChatEnv(gym.Env[list, str]):
                 ending = Ending(self.user.end_reason)
         if grade is None:
             scores = (
-                (yield from steps_of(self.scorer, "score", reply, spec, history)) if rubric.judges(ending) else None
+                (yield from steps_of(self.scorer, "score", reply, spec, history))
+                if rubric.scores_turn(ending)
+                else None
             )
             grade = rubric.grade(scores)
         if ending is not None:

@@ -25,7 +25,7 @@ from ifgym.rewards.flexbench import (
     FlexBenchRubric,
     FlexBenchScorer,
     LLMDimensionJudge,
-    RuleJudge,
+    RuleDimensionChecker,
     build_dimensions,
     fingerprint,
     load_dimensions,
@@ -216,7 +216,7 @@ class FlexBenchEnv(ChatEnv):
                     f"judge='rules' needs an offline rule on every dimension; {', '.join(missing)} have none. "
                     "Use judge='llm', or add 'rule' entries to the dimension file"
                 )
-            dimension_judge: RuleJudge | LLMDimensionJudge = RuleJudge()
+            dimension_judge: RuleDimensionChecker | LLMDimensionJudge = RuleDimensionChecker()
         else:
             dimension_judge = LLMDimensionJudge(judge_client, mode=judge_mode)
         self.user_kind, self.judge_kind = user, judge

@@ -64,9 +64,9 @@ from typing import Any
 
 import numpy as np
 
-from ifgym.answers import json_object
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import Message, resolve_client
+from ifgym.model_answers import json_object
 from ifgym.policies.base import Policy
 from ifgym.policies.embeddings import PAPER_EMBEDDER, Embedder, MiniLMEmbedder, is_paper_embedder, make_embedder
 from ifgym.policies.wrapper import (

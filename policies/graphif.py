@@ -82,9 +82,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ifgym.answers import item_number, json_object
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import Message, resolve_client
+from ifgym.model_answers import item_number, json_object
 from ifgym.policies.base import Policy
 from ifgym.policies.wrapper import (
     LIGHT,

@@ -13,7 +13,7 @@ StructFlow `StructFlowScorer`/`ChecklistJudge` (its metrics: `ifgym.rewards.stru
 
 from ifgym.lazy import lazy_submodules
 from ifgym.rewards.checks import SEMANTICS, check
-from ifgym.rewards.evolif.compat import evolif_check
+from ifgym.rewards.evolif.evaluator import evolif_check
 from ifgym.rewards.evolif.judge import EvolIFJudge
 from ifgym.rewards.evolif.metrics import group_pass_rates, summarize, survival_curve
 from ifgym.rewards.evolif.scorer import EvolIFScorer

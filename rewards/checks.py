@@ -4,7 +4,7 @@
 rule itself is the constraint type's own `check` (`ifgym.core.catalog`); this module adds the
 scoring protocols around it: loose checking retries the rule on `loose_variants(reply)`, and
 `semantics="evolif"` gives the verdict of EvolIF's released evaluator instead
-(`ifgym.rewards.evolif.compat`).
+(`ifgym.rewards.evolif.evaluator`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import re
 
 from ifgym.core import Constraint, Verdict
 from ifgym.errors import ActionError, JudgeRequiredError, UnknownNameError
-from ifgym.rewards.evolif.compat import evolif_check
+from ifgym.rewards.evolif.evaluator import evolif_check
 
 __all__ = ["SEMANTICS", "check", "loose_variants"]
 
@@ -67,7 +67,7 @@ def check(
     docstrings say where it differs from EvolIF). Strict (default) applies the rule to the reply
     as is; loose passes when the rule passes on any of `loose_variants(reply)`, and its reason
     names the variant that passed. `semantics="evolif"` returns the verdict EvolIF's released
-    evaluator gives (source "rule:evolif"; see `ifgym.rewards.evolif.compat`); EvolIF has one
+    evaluator gives (source "rule:evolif"; see `ifgym.rewards.evolif.evaluator`); EvolIF has one
     reading, so it takes no `loose`. Judged constraints raise JudgeRequiredError; a reply that is
     not a string raises ActionError. `as_is`: the strict verdict of this constraint on this reply when the
     caller already has it (scorers check strict first): loose checking then starts from it instead of

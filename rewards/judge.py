@@ -16,9 +16,9 @@ how an answer becomes a label; this base supplies the rest, the same for all of 
 - `_asking`: a judge's dialogue (one `ifgym.llm.Conversation`) as `Steps` whose calls count their
   tokens; a judge writes `judge` once with `ifgym.llm.conversation.twin` and gets the blocking
   `judge` and the awaited `ajudge`;
-- `defang`: copies of the prompt's own `tags` in text put between them (`ifgym.answers.defang`);
+- `defang`: copies of the prompt's own `tags` in text put between them (`ifgym.model_answers.defang`);
 - `ask`: the bounded re-ask loop (`ask_until_complete`), and `unanswered` / `unplaced_note`, the
-  reasons of items the judge never answered (answers are placed on items by `ifgym.answers.place`).
+  reasons of items the judge never answered (answers are placed on items by `ifgym.model_answers.place`).
 
 Every judge passes the same contract test (tests/rewards/test_judge_contract.py).
 """
@@ -31,11 +31,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from ifgym.answers import defang
 from ifgym.core import Verdict
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import ChatClient, Conversation
 from ifgym.llm.conversation import Steps, asking, chat_call
+from ifgym.model_answers import defang
 
 __all__ = ["Judge", "ask_until_complete", "quote_found", "unanswered", "unplaced_note"]
 
@@ -90,7 +90,7 @@ class Judge:
 
     # --- plumbing ---------------------------------------------------------------------------------
     def defang(self, text: str) -> str:
-        """`text` with copies of this judge's prompt tags made harmless (`ifgym.answers.defang`)."""
+        """`text` with copies of this judge's prompt tags made harmless (`ifgym.model_answers.defang`)."""
         return defang(text, self.tags)
 
     def _count(self, key: str, amount: int = 1) -> None:

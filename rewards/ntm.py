@@ -27,7 +27,7 @@ from ifgym.core import Episode, TurnSpec, Verdict
 from ifgym.errors import DataFormatError
 from ifgym.rewards.metrics import rows_of
 from ifgym.rewards.rubric import Ending, Grade, Patience, Rubric
-from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
+from ifgym.rewards.scorer import RulesThenJudgeScorer, Scores, no_judge
 
 BUCKETS = ("10", "15", "20", "25", "other")  # the same as ifgym.simulators.ntm.LENGTH_BUCKETS
 
@@ -38,7 +38,7 @@ def _final_request(history: list[dict] | None) -> list[dict]:
     return users[-1:]
 
 
-class NTMScorer(RulesThenJudge):
+class NTMScorer(RulesThenJudgeScorer):
     """Every checkpoint goes to the checklist judge in one call; with no judge each is unknown.
 
     The judge sees the final user request and the reply, not the earlier turns (the paper's judge
@@ -81,7 +81,7 @@ class NTMRubric(Rubric):
     def __init__(self) -> None:
         self.patience = Patience(None)
 
-    def judges(self, ending: Ending | None) -> bool:
+    def scores_turn(self, ending: Ending | None) -> bool:
         """Only the final reply is judged."""
         return ending is not None
 

@@ -5,7 +5,7 @@ yes/unknown only (a judge that could not be parsed) does neither: patience stays
 
 `Rubric` is what the loop asks of a task besides its user and scorer: a turn's reward from its
 scores (`grade`), whether the dialogue ends before the user speaks again (`end`), an end-of-dialogue
-term (`close`), and which turns to score at all (`judges`). `VerdictRubric`, the default, is the
+term (`close`), and which turns to score at all (`scores_turn`). `VerdictRubric`, the default, is the
 fraction / all_pass / weighted reward with `Patience`.
 """
 
@@ -133,7 +133,7 @@ class Grade:
 class Rubric(ABC):
     """Turn outcome -> reward, and the end rule, for the env's one turn loop (`ChatEnv`).
 
-    Per turn the env calls `grade` with the turn's scores (None when `judges` said not to score),
+    Per turn the env calls `grade` with the turn's scores (None when `scores_turn` said not to score),
     `end` before the user would speak again, and `close` once the dialogue has ended (by `end`, or
     because the user stopped). `reset` starts an episode. `patience` is the meter the env reports
     (`Patience(None)`, off, for a rubric that keeps none).
@@ -145,7 +145,7 @@ class Rubric(ABC):
         """Forget the last episode (the patience meter refills)."""
         self.patience.reset()
 
-    def judges(self, ending: Ending | None) -> bool:
+    def scores_turn(self, ending: Ending | None) -> bool:
         """Whether this turn is scored, given how the dialogue ends (None: it goes on). Every turn by default."""
         return True
 
@@ -184,7 +184,7 @@ class VerdictRubric(Rubric):
     def grade(self, scores: Scores | None) -> Grade:
         """Reward and tally of the turn's strict verdicts; a failing turn costs patience, a passing one refills it."""
         if scores is None:
-            raise ValueError("VerdictRubric grades scored turns only (its judges() scores every turn)")
+            raise ValueError("VerdictRubric grades scored turns only (its scores_turn() is true for every turn)")
         outcome = turn_outcome(scores.strict, scores.groups, self.mode, self.weights, scores.weights)
         self.patience.update(outcome)
         tally = {"unknown": outcome.unknown, "reward_defined": outcome.defined}

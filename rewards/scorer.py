@@ -52,7 +52,7 @@ def no_judge(reason: str) -> Verdict:
     return Verdict("unknown", reason, "none")
 
 
-class RulesThenJudge:
+class RulesThenJudgeScorer:
     """The shape every checklist scorer shares: rules decide what they can, one judge call the rest.
 
     A subclass says which items there are and which a rule decides (`_items`, `_split`), and each

@@ -445,13 +445,13 @@ class FlexBenchReward:
 
 
 def _flex_turn(dims: DimensionSet, history: list[dict[str, str]], reply: str) -> Scored:
-    from ifgym.rewards.flexbench import FlexBenchRubric, FlexBenchScorer, RuleJudge
+    from ifgym.rewards.flexbench import FlexBenchRubric, FlexBenchScorer, RuleDimensionChecker
     from ifgym.rewards.scorer import Scores
 
     ruled = [d for d in dims.dimensions if d.rule is not None]
     if not ruled:
         return None, []
-    judge = RuleJudge()
+    judge = RuleDimensionChecker()
     scorer = FlexBenchScorer(dims, judge, _opening_line(history))
     trace = scorer.trace(history, reply)
     # the env's own rubric, graded turn by turn as the env did: a dimension counts the turn it is first met

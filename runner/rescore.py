@@ -144,9 +144,9 @@ class AsPlayed(Rubric):
         self.rubric.reset()
         self.turn, self.would_end = 0, None
 
-    def judges(self, ending: Ending | None) -> bool:
+    def scores_turn(self, ending: Ending | None) -> bool:
         """Whether the rubric scores this turn."""
-        return self.rubric.judges(ending)
+        return self.rubric.scores_turn(ending)
 
     def grade(self, scores: Scores | None) -> Grade:
         """The rubric's grade."""

@@ -6,7 +6,7 @@ module, relative ones included, is an edge to the module it names (`from ifgym.a
 `__init__`, but that implicit step is not an edge: a package `__init__` that gathers its submodules
 is not a cycle.
 
-Rooms (see each folder's `__init__` docstring): `core/`, `answers.py` and `llm/` (the model client
+Rooms (see each folder's `__init__` docstring): `core/`, `model_answers.py` and `llm/` (the model client
 every room uses, with the one `ChatClient` protocol) are neutral (they use no room); `rewards/` uses
 nothing of `simulators/` (scoring does not depend on the user simulator); `policies/` nothing of
 `simulators/`, `rewards/` or `envs/` (the model under test sees only chat messages); `simulators/`
@@ -40,7 +40,7 @@ SKIP = {"tests", "benchmarks", "build", "runs", "outputs"}
 # room -> rooms it must never reach
 RULES = {
     "ifgym.core": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
-    "ifgym.answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
+    "ifgym.model_answers": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
     "ifgym.llm": ("ifgym.envs", "ifgym.simulators", "ifgym.rewards", "ifgym.policies", "ifgym.runner"),
     "ifgym.rewards": ("ifgym.simulators", "ifgym.envs", "ifgym.policies", "ifgym.runner"),
     "ifgym.simulators": ("ifgym.envs", "ifgym.policies", "ifgym.runner"),

@@ -27,7 +27,7 @@ is forgiving (code fences, prose around the JSON, broken JSON through `json_repa
 scores written as "8" or "8/10", plain "Item 2: score 7" or "Score: 7" lines; in blind mode labels
 in any case, with a short gloss after them, or as "Emotion: sad" lines) but never guesses: scores
 without an item number are placed by position only when there are exactly as many as items
-(`ifgym.answers.place`, the one rule every judge follows); an answer that leaves items out is re-asked
+(`ifgym.model_answers.place`, the one rule every judge follows); an answer that leaves items out is re-asked
 at most `max_retries` times, after which the missing items are `unknown`, as are scores outside
 1..10, labels outside the axis's list, or several labels at once.
 `unknown` is counted in `.stats`, never turned into a pass or a fail.
@@ -42,13 +42,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ifgym.answers import extract_json, item_number, item_problems, place
 from ifgym.core import Verdict
 from ifgym.core.catalog import EMOTIONS, READER_AGES
 from ifgym.core.constraints import Constraint
 from ifgym.errors import ConfigError
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import Steps, twin
+from ifgym.model_answers import extract_json, item_number, item_problems, place
 from ifgym.rewards.judge import History, Judge, Message, unanswered
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
     "JudgeParse",
     "EvolIFJudge",
     "axis_of",
-    "parse_labels",
+    "parse_blind_labels",
     "parse_scores",
     "voice_of",
     "withhold_addressed",
@@ -111,7 +111,7 @@ class ItemScore:
 class JudgeParse:
     """What could be read from one judge answer: scores by item number (1-based) and what was wrong.
 
-    `unplaced` counts answers without an item number that were not placed (see `ifgym.answers.place`).
+    `unplaced` counts answers without an item number that were not placed (see `ifgym.model_answers.place`).
     """
 
     scores: dict[int, ItemScore] = field(default_factory=dict)
@@ -199,7 +199,7 @@ def parse_scores(text: str, n: int) -> JudgeParse:
     """Read a judge answer for `n` items. Never raises; problems (missing/extra items) are listed.
 
     An entry without a score counts as missing (a truncated answer), so it is re-asked. Entries go
-    to items by `ifgym.answers.place` (no item number: by position only when there are exactly n).
+    to items by `ifgym.model_answers.place` (no item number: by position only when there are exactly n).
     """
     answers = _from_json(extract_json(text, lambda data: _entries(data) is not None))
     if answers is None:
@@ -475,7 +475,7 @@ def _axis_entries(data: Any) -> dict[str, Any] | None:
     return out or None
 
 
-def parse_labels(text: str, axes: Sequence[str]) -> BlindParse:
+def parse_blind_labels(text: str, axes: Sequence[str]) -> BlindParse:
     """Read a blind answer for `axes`. Never raises; missing or unusable axes are listed as problems.
 
     JSON (in or out of a fence, repaired when broken) with one key per axis, else "Emotion: sad" lines.
@@ -607,7 +607,7 @@ class EvolIFJudge(Judge):
         if asked:
             best, attempts = yield from self.ask(
                 self._blind_messages(text, asked),
-                lambda answer: parse_labels(answer, asked),
+                lambda answer: parse_blind_labels(answer, asked),
                 covers=lambda parse: parse.covers(asked),
                 complete=lambda parse: parse.complete(asked),
                 instruction=f"Reply with only the JSON object with the keys {keys}, each set to one of its labels.",

@@ -9,7 +9,7 @@ from ifgym.core import TurnSpec, Verdict
 from ifgym.core.constraints import Constraint
 from ifgym.errors import UnknownNameError
 from ifgym.rewards.checks import SEMANTICS, check
-from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
+from ifgym.rewards.scorer import RulesThenJudgeScorer, Scores, no_judge
 
 if TYPE_CHECKING:
     from ifgym.rewards.evolif.judge import EvolIFJudge
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["EvolIFScorer"]
 
 
-class EvolIFScorer(RulesThenJudge):
+class EvolIFScorer(RulesThenJudgeScorer):
     """Scores a turn's constraints: rule checkers for rule constraints, one batched judge call for judged ones.
 
     `semantics` picks whose reading the rules apply (see `ifgym.rewards.check`): "ifgym" gives

@@ -27,7 +27,7 @@ branches that cannot both apply in one call. A branch in no group is free-standi
                      "precondition": null, "rule": {"evidence": ["regex", …]}}, …],
      "groups": [{"base": "d1", "branches": ["d2", "d3"]}], "exclusive": [["d2", "d3"]], "meta": {}}
 
-`rule` is optional and only used by the offline judge (`judge="rules"`): `when` (regexes on the
+`rule` is optional and only used by the rule checker (`judge="rules"`): `when` (regexes on the
 caller's messages showing a branch's precondition held), `until` (regexes on the assistant's
 messages ending the rule's scope, for "not before …" rules), `evidence` (regexes on the
 assistant's messages showing the action done as required), `attempt` (regexes showing the action
@@ -47,7 +47,8 @@ segments and intent + wording for scripts → criteria → verification → modi
 gradual → dependency; temperature 0.2, hotter on each re-ask; only a verified-complete set goes on),
 keeping each stage's output in `meta["pipeline"]["stages"]`.
 
-**Judge.** One verdict per dimension over the whole trace, with the same meaning in both judges:
+**Judge.** One verdict per dimension over the whole trace, with the same meaning from the rule
+checker and the LLM judge:
 
 - base action: yes = done as required; no = attempted but done wrong; unknown = not attempted
   (no evidence either way);
@@ -57,7 +58,7 @@ keeping each stage's output in `meta["pipeline"]["stages"]`.
 - always-on rule: yes = kept in every agent message; no = broken at least once; unknown = no agent
   message to judge.
 
-`RuleJudge` applies the files' rules. `LLMDimensionJudge` asks a model (one call, bounded
+`RuleDimensionChecker` applies the files' rules. `LLMDimensionJudge` asks a model (one call, bounded
 re-asks, unparseable items → unknown) what happened to each item — yes, no (done wrong), skipped
 (applied but never attempted) or unknown — and maps "skipped" by kind here, so a skipped base
 action is unknown (it does not raise Coverage) and a skipped branch is no.
@@ -91,7 +92,7 @@ never make up for doing nothing: a call that says goodbye at once keeps every ru
 average would reward that. Breaking every rule scores 0 however complete the call was.
 
 The package is split by stage: `dimensions` (the schema, loading, `fingerprint`), `gating` (verdicts
-to Coverage, Achievement, Compliance), `judges` (the rule and LLM judges, the scorer the env uses),
+to Coverage, Achievement, Compliance), `judges` (the rule checker, the LLM judge, the scorer the env uses),
 `rubric` (the env's turn and episode rewards, its end rule), `report` (corpus metrics, tables,
 heatmaps) and `pipeline` (building dimensions from an SOP with a model); import its public names
 from here.
@@ -116,8 +117,8 @@ from ifgym.rewards.flexbench.judges import (
     DIMENSION_MODES,
     FlexBenchScorer,
     LLMDimensionJudge,
-    RuleJudge,
-    parse_labels,
+    RuleDimensionChecker,
+    parse_dimension_labels,
 )
 from ifgym.rewards.flexbench.pipeline import (
     PAPER_TEMPERATURE,
@@ -166,7 +167,7 @@ __all__ = [
     "FlexRow",
     "FlexScores",
     "LLMDimensionJudge",
-    "RuleJudge",
+    "RuleDimensionChecker",
     "build_dimensions",
     "consistency",
     "dimension_table",
@@ -201,5 +202,5 @@ __all__ = [
     "dimension_names",
     "episode_dimensions",
     "episode_metrics",
-    "parse_labels",
+    "parse_dimension_labels",
 ]

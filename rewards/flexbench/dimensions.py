@@ -41,7 +41,7 @@ def fingerprint(instruction: str) -> str:
 
 @dataclass(frozen=True)
 class DimensionRule:
-    """How the offline judge decides one dimension (see the module docstring)."""
+    """How the rule checker decides one dimension (see the module docstring)."""
 
     when: tuple[str, ...] = ()
     until: tuple[str, ...] = ()

@@ -1,4 +1,4 @@
-"""FlexBench's judges (rule and LLM) and the scorer the env uses."""
+"""FlexBench's rule checker, its LLM judge and the scorer the env uses."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ifgym.answers import defang, extract_json, item_number, item_problems, place
 from ifgym.core import TurnSpec, Verdict
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import Steps, steps_of, twin
+from ifgym.model_answers import defang, extract_json, item_number, item_problems, place
 from ifgym.rewards.flexbench.dimensions import Dimension, DimensionRule, DimensionSet, Message, Trace
 from ifgym.rewards.judge import Judge, quote_found, unplaced_note
 from ifgym.rewards.scorer import Scores
@@ -28,8 +28,8 @@ def _agent_messages(trace: Trace, start: int = 0) -> list[tuple[int, str]]:
     ]
 
 
-class RuleJudge:
-    """The offline judge: applies each dimension's `rule` to the trace (no model).
+class RuleDimensionChecker:
+    """The offline checker: applies each dimension's `rule` to the trace (no model).
 
     A branch's scope starts after the first caller message matching `when` (none: unknown,
     precondition not met); the scope of a base action or an always-on rule is every assistant
@@ -180,7 +180,7 @@ class _LabelParse:
     labels: dict[int, tuple[str | None, str]] = field(default_factory=dict)  # item -> (label or None, reason)
     problems: list[str] = field(default_factory=list)
     evidence: dict[int, Any] = field(default_factory=dict)  # item -> the words it quotes (evidence mode)
-    unplaced: int = 0  # answers without an item number that could not be placed (ifgym.answers.place)
+    unplaced: int = 0  # answers without an item number that could not be placed (ifgym.model_answers.place)
 
     def covers(self, n: int) -> int:
         """How many of items 1..n have an entry (an unreadable label counts)."""
@@ -210,10 +210,10 @@ def _label_entries(data: Any) -> list[tuple[Any, Any]] | None:
     return None
 
 
-def parse_labels(text: str, ids: Sequence[str]) -> _LabelParse:
+def parse_dimension_labels(text: str, ids: Sequence[str]) -> _LabelParse:
     """Read the judge's answer for dimensions `ids` (items 1..n, or by dimension id). Never raises.
 
-    Entries go to items by `ifgym.answers.place`: by their item number or dimension id, else by
+    Entries go to items by `ifgym.model_answers.place`: by their item number or dimension id, else by
     position only when there are exactly n entries.
     """
     entries = _label_entries(extract_json(text, lambda data: _label_entries(data) is not None))
@@ -261,12 +261,12 @@ class LLMDimensionJudge(Judge):
     """Per-dimension verdicts over the whole trace from a judge model, in one call per trace.
 
     Answers go to dimensions by item number or dimension id; entries with neither are placed by
-    position only when there is one per dimension (`ifgym.answers.place`). Answers that leave items
+    position only when there is one per dimension (`ifgym.model_answers.place`). Answers that leave items
     out are re-asked up to `max_retries` times; items still missing or with unreadable labels are
     unknown (counted in `.stats["unknown"]`), never yes or no. The
     model reports yes / no / skipped / unknown; "skipped" becomes unknown for a base action (not
     attempted) and an always-on rule, and no for a branch (its condition held and it was not done),
-    so the labels mean what `RuleJudge`'s mean (counted in `.stats["skipped"]`).
+    so the labels mean what `RuleDimensionChecker`'s mean (counted in `.stats["skipped"]`).
 
     `mode="evidence"`: the judge quotes the agent's words before each label, and a yes for a base
     action or a branch whose quote is missing or in no agent message counts as skipped (counted in
@@ -308,7 +308,7 @@ class LLMDimensionJudge(Judge):
         n = len(ids)
         best, attempts = yield from self.ask(
             self.build_messages(dims, trace, self.mode),
-            lambda text: parse_labels(text, ids),
+            lambda text: parse_dimension_labels(text, ids),
             covers=lambda parse: parse.covers(n),
             complete=lambda parse: not parse.problems,
             instruction=f'Reply with only the JSON object {{"items": [...]}} holding exactly {n} entries, '
@@ -355,13 +355,15 @@ class LLMDimensionJudge(Judge):
 class FlexBenchScorer:
     """Judges the whole trace so far against every dimension (the TurnScorer protocol).
 
-    `judge` is a RuleJudge or LLMDimensionJudge. The assistant message equal to `opening_line`
+    `judge` is a RuleDimensionChecker or LLMDimensionJudge. The assistant message equal to `opening_line`
     at the start of the dialogue is marked as scripted (no credit for the model). System messages
     are left out of the trace. Scores carry one verdict per dimension (strict = loose), labelled
     with the dimension ids.
     """
 
-    def __init__(self, dimensions: DimensionSet, judge: RuleJudge | LLMDimensionJudge, opening_line: str | None = None):
+    def __init__(
+        self, dimensions: DimensionSet, judge: RuleDimensionChecker | LLMDimensionJudge, opening_line: str | None = None
+    ):
         self.dimensions = dimensions
         self.judge = judge
         self.opening_line = opening_line

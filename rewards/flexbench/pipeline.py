@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ifgym.answers import item_number, json_object
 from ifgym.errors import ConfigError, DataFormatError, IncompleteDimensionsError, UnknownNameError
+from ifgym.model_answers import item_number, json_object
 from ifgym.rewards.flexbench.dimensions import ALWAYS, Dimension, DimensionSet, Message, _check_logic, fingerprint
 
 # ---------------------------------------------------------------------------------------------

@@ -80,7 +80,7 @@ class FlexBenchRubric(Rubric):
         super().reset()
         self._satisfied, self._broken, self.last = set(), set(), None
 
-    def judges(self, ending: Ending | None) -> bool:
+    def scores_turn(self, ending: Ending | None) -> bool:
         """Every turn, or with judge_every_turn=False the last one only (the final trace is always judged)."""
         return self.judge_every_turn or ending is not None
 

@@ -21,7 +21,6 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ifgym.answers import defang, extract_json, item_number, item_problems, place, yes_no
 from ifgym.core import ChecklistItem, Verdict
 from ifgym.core.structflow import (
     turn_name,
@@ -29,6 +28,7 @@ from ifgym.core.structflow import (
 from ifgym.errors import ConfigError
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import Steps, asking, chat_call, steps_of, twin
+from ifgym.model_answers import defang, extract_json, item_number, item_problems, place, yes_no
 from ifgym.rewards.judge import Judge, quote_found, unanswered
 
 __all__ = ["CHECKLIST_MODES", "ChecklistJudge", "JudgementParse", "parse_judgements"]

@@ -15,7 +15,7 @@ from typing import Any
 from ifgym.core import ChecklistItem, TurnSpec, Verdict
 from ifgym.rewards.checks import check
 from ifgym.rewards.questions import QuestionRule, question_rule
-from ifgym.rewards.scorer import RulesThenJudge, Scores, no_judge
+from ifgym.rewards.scorer import RulesThenJudgeScorer, Scores, no_judge
 from ifgym.rewards.structflow.judge import ChecklistJudge
 
 __all__ = ["StructFlowScorer"]
@@ -30,7 +30,7 @@ def _question_rule(question: str) -> QuestionRule | None:
     return question_rule(question)  # checklists repeat their questions turn after turn: parse each once
 
 
-class StructFlowScorer(RulesThenJudge):
+class StructFlowScorer(RulesThenJudgeScorer):
     """Scores a turn's checklist: rule-decidable items by a rule, the others in one judge call.
 
     An item is rule-decidable when it carries a rule-checkable constraint, or (`question_rules`,

@@ -33,13 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from ifgym.answers import extract_json, item_number, leading_yes_no, place, yes_no
 from ifgym.core.constraints import Constraint, unstated
 from ifgym.core.sampling import choice
 from ifgym.core.wording import a, and_list
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import ChatClient, Conversation
 from ifgym.llm.conversation import Call, asking, awaits_blocking, chat_call, steps_of, twin
+from ifgym.model_answers import extract_json, item_number, leading_yes_no, place, yes_no
 from ifgym.simulators.assets_io import Style, Topic
 from ifgym.simulators.base import text_of
 

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ifgym.answers import json_object
 from ifgym.errors import ConfigError
 from ifgym.llm.conversation import asking, chat_call, twin
+from ifgym.model_answers import json_object
 from ifgym.simulators.base import text_of
 from ifgym.simulators.flexbench.personas import _Dialogue
 from ifgym.simulators.flexbench.sops import Message

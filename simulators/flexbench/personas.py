@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from ifgym.answers import json_object
 from ifgym.errors import BackendError, DataFormatError, UnknownNameError, did_you_mean
 from ifgym.files import not_a_folder, read_json_file
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import asking, chat_call, run_steps
+from ifgym.model_answers import json_object
 from ifgym.simulators.base import text_of
 from ifgym.simulators.flexbench.sops import CALLER_SUFFIX, PERSONAS_PATH, Message, Sop
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import numpy as np
 
-from ifgym.answers import json_object
 from ifgym.core import ChecklistItem, unstated
 from ifgym.core.structflow import (
     FLOW_RELATIONS,
@@ -22,6 +21,7 @@ from ifgym.core.structflow import (
 from ifgym.errors import ConfigError, GenerationError, did_you_mean
 from ifgym.llm import Conversation
 from ifgym.llm.conversation import asking, chat_call, twin
+from ifgym.model_answers import json_object
 from ifgym.simulators.assets_io import Topic
 from ifgym.simulators.base import text_of
 from ifgym.simulators.structflow.format import INTRA_DEFINITIONS, USER_VOICES, Dialogue, DialogueTurn, Message, TaskType

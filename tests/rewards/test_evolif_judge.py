@@ -102,7 +102,7 @@ def judge_once(text, constraints=TWO):
         ('{"scores": [{"item": "1", "score": 9}, {"item": "Item 2", "score": 2}]}', ["yes", "no"]),
         # no item numbers: by position
         ('{"scores": [{"score": 7}, {"score": 2}]}', ["yes", "no"]),
-        # no item numbers and one entry too many: which one is extra? none is placed (ifgym.answers.place)
+        # no item numbers and one entry too many: which one is extra? none is placed (ifgym.model_answers.place)
         ('{"scores": [{"score": 7}, {"score": 2}, {"score": 9}]}', ["unknown", "unknown"]),
         # "Score: 7" lines, one too few: not placed by position either
         ("Score: 7", ["unknown", "unknown"]),

@@ -13,7 +13,7 @@ from ifgym.core.catalog import EMOTIONS, READER_AGES, STYLES
 from ifgym.core.constraints import Constraint
 from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
-from ifgym.rewards.evolif.judge import EvolIFJudge, axis_of, parse_labels, voice_of, withhold_addressed
+from ifgym.rewards.evolif.judge import EvolIFJudge, axis_of, parse_blind_labels, voice_of, withhold_addressed
 
 TEXT = "The bridge was opened to traffic in June."
 ALL = (
@@ -100,7 +100,7 @@ def test_style_maps_to_register_or_voice(style, axis, label):
     ],
 )
 def test_labels_are_read_forgivingly_but_never_guessed(answer, expected):
-    parse = parse_labels(answer, ["emotion"])
+    parse = parse_blind_labels(answer, ["emotion"])
     assert parse.labels.get("emotion") == expected
 
 

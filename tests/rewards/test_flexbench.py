@@ -17,7 +17,7 @@ from ifgym.rewards.flexbench import (
     DimensionSet,
     FlexBenchScorer,
     LLMDimensionJudge,
-    RuleJudge,
+    RuleDimensionChecker,
     build_dimensions,
     consistency,
     dimension_names,
@@ -27,7 +27,7 @@ from ifgym.rewards.flexbench import (
     gate,
     heatmap_matrix,
     load_dimensions,
-    parse_labels,
+    parse_dimension_labels,
     plot_heatmap,
     summarize,
 )
@@ -170,7 +170,7 @@ def test_shipped_dimension_files_are_reviewed_and_match_their_sop(name):
     assert dims.sop_sha256 == fingerprint(sop.instruction)  # the files were built for this text
     spans, problems = _locate([d.unit for d in dims.dimensions], sop.instruction)
     assert problems == []  # every unit is verbatim SOP text and no two overlap
-    assert all(d.rule is not None for d in dims.dimensions)  # the offline judge can decide every one
+    assert all(d.rule is not None for d in dims.dimensions)  # the rule checker can decide every one
     branches = [d.id for d in dims.dimensions if d.kind == "branch"]
     assert branches and all(dims.base_of(b) is not None for b in branches)
     assert dims.exclusive  # every shipped SOP has alternatives
@@ -266,7 +266,7 @@ def test_format_rate():
     assert format_rate(0.5) == "0.500" and format_rate(NAN) == "n/a" and format_rate(None) == "n/a"
 
 
-# --- the offline judge ---------------------------------------------------------------------------
+# --- the rule checker ----------------------------------------------------------------------------
 
 
 def trace(*pairs):
@@ -321,7 +321,7 @@ def test_rule_judge_on_hand_made_traces(turns, expected):
         }
     )
     dims = DimensionSet.from_json(data)
-    got = dict(zip(dims.ids, (v.label for v in RuleJudge().judge(dims, trace(*turns))), strict=True))
+    got = dict(zip(dims.ids, (v.label for v in RuleDimensionChecker().judge(dims, trace(*turns))), strict=True))
     assert {k: got[k] for k in expected} == expected
 
 
@@ -341,7 +341,7 @@ MERCHANT_CLOSE = "d15"  # "Summarize the agreed next step in one sentence, thank
 )
 def test_merchant_closing_rule_needs_the_summary_of_the_next_step(reply, label):
     dims = load_dimensions("merchant_onboarding")
-    verdicts = RuleJudge().judge(dims, trace(("open", "Hello."), ("u", "Hi."), ("a", reply)))
+    verdicts = RuleDimensionChecker().judge(dims, trace(("open", "Hello."), ("u", "Hi."), ("a", reply)))
     assert dict(zip(dims.ids, (v.label for v in verdicts), strict=True))[MERCHANT_CLOSE] == label
 
 
@@ -349,7 +349,7 @@ def test_merchant_closing_rule_needs_the_summary_of_the_next_step(reply, label):
 def test_an_immediate_goodbye_earns_no_yes_on_any_base_action_offline(name):
     # no evidence -> unknown, never yes: the only base action a bare goodbye attempts is the close, done wrong
     dims = load_dimensions(name)
-    verdicts = RuleJudge().judge(
+    verdicts = RuleDimensionChecker().judge(
         dims, trace(("open", "Hello."), ("u", "Hi."), ("a", "Thank you for your time, goodbye!"))
     )
     by_kind = {d.id: d.kind for d in dims.dimensions}
@@ -372,8 +372,8 @@ def test_rule_judge_until_limits_a_not_before_rule():
     data = small()
     data["dimensions"][7]["rule"] = {"until": ["in charge"], "violation": ["platform"]}
     dims = DimensionSet.from_json(data)
-    early = RuleJudge().judge(dims, trace(("a", "Which platform?"), ("u", "x"), ("a", "In charge?")))
-    late = RuleJudge().judge(dims, trace(("a", "In charge?"), ("u", "x"), ("a", "Which platform?")))
+    early = RuleDimensionChecker().judge(dims, trace(("a", "Which platform?"), ("u", "x"), ("a", "In charge?")))
+    late = RuleDimensionChecker().judge(dims, trace(("a", "In charge?"), ("u", "x"), ("a", "Which platform?")))
     assert early[7].label == "no" and late[7].label == "yes"
 
 
@@ -381,13 +381,13 @@ def test_a_dimension_without_rule_is_unknown_offline():
     data = small()
     del data["dimensions"][0]["rule"]
     dims = DimensionSet.from_json(data)
-    verdict = RuleJudge().judge(dims, trace(("a", "Are you in charge?")))[0]
+    verdict = RuleDimensionChecker().judge(dims, trace(("a", "Are you in charge?")))[0]
     assert verdict.label == "unknown" and "judge='llm'" in verdict.reason
 
 
 def test_scorer_marks_the_opening_line_and_drops_the_system_prompt():
     dims = DimensionSet.from_json(small())
-    scorer = FlexBenchScorer(dims, RuleJudge(), opening_line="Are you in charge?")
+    scorer = FlexBenchScorer(dims, RuleDimensionChecker(), opening_line="Are you in charge?")
     history = [
         {"role": "system", "content": "SOP"},
         {"role": "assistant", "content": "Are you in charge?"},
@@ -471,20 +471,24 @@ def test_llm_judge_prompt_fences_the_transcript_and_marks_the_opening():
     assert "Precondition: If the caller is not in charge" in body and "exactly 8 entries" in body
 
 
-def test_parse_labels_places_unnumbered_entries_by_position_only_when_the_count_is_exact():
-    exact = parse_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}]}), ["a", "b"])
+def test_parse_dimension_labels_places_unnumbered_entries_by_position_only_when_the_count_is_exact():
+    exact = parse_dimension_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}]}), ["a", "b"])
     assert exact.labels == {1: ("yes", ""), 2: ("no", "")} and not exact.problems
-    extra = parse_labels(json.dumps({"items": [{"label": "yes"}, {"label": "no"}, {"label": "no"}]}), ["a", "b"])
+    extra = parse_dimension_labels(
+        json.dumps({"items": [{"label": "yes"}, {"label": "no"}, {"label": "no"}]}), ["a", "b"]
+    )
     assert extra.labels == {} and extra.unplaced == 3
     assert "3 answers for 2 items" in extra.problems[0]
-    by_id = parse_labels(json.dumps({"items": [{"label": "yes"}, {"id": "b", "label": "no"}]}), ["a", "b"])
+    by_id = parse_dimension_labels(json.dumps({"items": [{"label": "yes"}, {"id": "b", "label": "no"}]}), ["a", "b"])
     assert by_id.labels == {1: ("yes", ""), 2: ("no", "")}  # an id places its entry, the other takes its position
-    clash = parse_labels(json.dumps({"items": [{"id": "b", "label": "no"}, {"label": "yes"}]}), ["a", "b"])
+    clash = parse_dimension_labels(json.dumps({"items": [{"id": "b", "label": "no"}, {"label": "yes"}]}), ["a", "b"])
     assert clash.labels == {2: ("no", "")}  # position 2 is taken by "b": item 1 stays unanswered, never guessed
 
 
-def test_parse_labels_reports_missing_and_extra_items():
-    parse = parse_labels(json.dumps({"items": [{"item": 1, "label": "yes"}, {"item": 5, "label": "no"}]}), ["a", "b"])
+def test_parse_dimension_labels_reports_missing_and_extra_items():
+    parse = parse_dimension_labels(
+        json.dumps({"items": [{"item": 1, "label": "yes"}, {"item": 5, "label": "no"}]}), ["a", "b"]
+    )
     assert "no label for item(s) 2" in "; ".join(parse.problems) and "5 do not exist" in "; ".join(parse.problems)
 
 

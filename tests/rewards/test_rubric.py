@@ -74,7 +74,7 @@ def test_default_rubric_end_rule():
         rubric.grade(scores("n"))
     assert rubric.end("reply", last_turn=False) is None  # patience off never runs out
     assert rubric.end("reply", last_turn=True) == Ending("max_turns", truncated=True)
-    assert rubric.judges(None) and rubric.close(grade := rubric.grade(scores("y")), Ending("x")) is grade
+    assert rubric.scores_turn(None) and rubric.close(grade := rubric.grade(scores("y")), Ending("x")) is grade
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_flexbench_episode_term_at_the_end():
 
 def test_flexbench_end_rule_and_judging_schedule():
     rubric = FlexBenchRubric(DIMS, reward="episode", judge_every_turn=False, closes=lambda r: r.endswith("Bye."))
-    assert not rubric.judges(None) and rubric.judges(Ending("user_hung_up"))
+    assert not rubric.scores_turn(None) and rubric.scores_turn(Ending("user_hung_up"))
     assert rubric.end("Thanks. Bye.", last_turn=False) is None  # the caller decides before the last turn
     assert rubric.end("Thanks. Bye.", last_turn=True) == Ending("assistant_closed")
     assert rubric.end("Anything else?", last_turn=True) == Ending("max_turns", truncated=True)

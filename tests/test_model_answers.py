@@ -1,10 +1,10 @@
-"""ifgym.answers: JSON found in messy model answers, tags defanged, numbered answers placed by one rule."""
+"""ifgym.model_answers: JSON found in messy model answers, tags defanged, numbered answers placed by one rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from ifgym.answers import (
+from ifgym.model_answers import (
     defang,
     extract_json,
     item_number,
