@@ -15,7 +15,8 @@ import inspect
 import re
 import threading
 from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from ifgym.errors import DataFormatError, did_you_mean
@@ -255,18 +256,30 @@ async def aconverse(
             return done.value
 
 
-@dataclass(frozen=True, slots=True)
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+
 class Call:
     """One thing a step needs from outside, in both forms: `blocking(*args, **kwargs)` or awaited `awaited(…)`.
 
     `Steps` yield Calls; `run_steps` makes each blocking, `arun_steps` awaits each, so a step is written
-    once (see `twin`). `Call.of(obj, "score", …)` asks any object with `score` and `ascore`.
+    once (see `twin`). `Call.of(obj, "score", …)` asks any object with `score` and `ascore`. A plain
+    slotted class, not a dataclass: several are made every turn, and a frozen dataclass's init costs more.
     """
 
-    blocking: Callable[..., Any]
-    awaited: Callable[..., Awaitable[Any]]
-    args: tuple = ()
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    __slots__ = ("args", "awaited", "blocking", "kwargs")
+
+    def __init__(
+        self,
+        blocking: Callable[..., Any],
+        awaited: Callable[..., Awaitable[Any]],
+        args: tuple = (),
+        kwargs: Mapping[str, Any] = _NO_KWARGS,
+    ):
+        self.blocking, self.awaited, self.args, self.kwargs = blocking, awaited, args, kwargs
+
+    def __repr__(self) -> str:
+        return f"Call({self.blocking!r}, {self.awaited!r}, {self.args!r}, {dict(self.kwargs)!r})"
 
     @classmethod
     def of(cls, obj: Any, name: str, *args: Any, **kwargs: Any) -> Call:
@@ -294,13 +307,31 @@ Steps = Generator[Call, Any, _T]
 
 
 def run_steps(steps: Steps[_T]) -> _T:
-    """Run `steps` to its end, each Call blocking."""
-    return converse(steps, Call.run)
+    """Run `steps` to its end, each Call blocking (as `converse` runs a conversation: the call outside the `try`)."""
+    try:
+        call = next(steps)
+    except StopIteration as done:
+        return done.value
+    while True:
+        answer = call.blocking(*call.args, **call.kwargs)
+        try:
+            call = steps.send(answer)
+        except StopIteration as done:
+            return done.value
 
 
 async def arun_steps(steps: Steps[_T]) -> _T:
-    """Run `steps` to its end, each Call awaited."""
-    return await aconverse(steps, Call.arun)
+    """Run `steps` to its end, each Call awaited (the call made here: one coroutine less per call than `arun`)."""
+    try:
+        call = next(steps)
+    except StopIteration as done:
+        return done.value
+    while True:
+        answer = await call.awaited(*call.args, **call.kwargs)
+        try:
+            call = steps.send(answer)
+        except StopIteration as done:
+            return done.value
 
 
 def asking(

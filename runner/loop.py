@@ -1,7 +1,8 @@
 """The runner's event loop: uvloop's where it is installed, else asyncio's own.
 
-uvloop (a dependency of ifgym except on Windows, where it does not build) runs the same coroutines on
-libuv: a run's event loop and socket work cost less CPU per model call (`benchmarks/runner.py`). Every
+uvloop (the optional extra `uvloop`, which `make` installs; it does not build on Windows) runs the same
+coroutines on libuv: a model call costs a little less CPU on it, a whole turn no measurable difference
+(`benchmarks/runner.py --only transport`). Every
 blocking entry point of the runner (`run`, `run_ray`, `ifgym rescore`) starts its loop with `run_async`,
 and `run.json` records which loop a run used (`event_loop_name`).
 """
