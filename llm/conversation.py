@@ -292,14 +292,6 @@ class Call:
         awaited = getattr(obj, "a" + name, None) or functools.partial(asyncio.to_thread, blocking)
         return cls(blocking, awaited, args, kwargs)
 
-    def run(self) -> Any:
-        """Make the call, blocking."""
-        return self.blocking(*self.args, **self.kwargs)
-
-    async def arun(self) -> Any:
-        """Make the call, awaited."""
-        return await self.awaited(*self.args, **self.kwargs)
-
 
 # A step written once for sync and async use: a generator that yields the Calls it needs, receives each
 # one's result through send(), and returns the step's result.
@@ -307,31 +299,21 @@ Steps = Generator[Call, Any, _T]
 
 
 def run_steps(steps: Steps[_T]) -> _T:
-    """Run `steps` to its end, each Call blocking (as `converse` runs a conversation: the call outside the `try`)."""
-    try:
-        call = next(steps)
-    except StopIteration as done:
-        return done.value
-    while True:
-        answer = call.blocking(*call.args, **call.kwargs)
-        try:
-            call = steps.send(answer)
-        except StopIteration as done:
-            return done.value
+    """Run `steps` to its end, each Call blocking."""
+    return converse(steps, _blocking)
 
 
 async def arun_steps(steps: Steps[_T]) -> _T:
-    """Run `steps` to its end, each Call awaited (the call made here: one coroutine less per call than `arun`)."""
-    try:
-        call = next(steps)
-    except StopIteration as done:
-        return done.value
-    while True:
-        answer = await call.awaited(*call.args, **call.kwargs)
-        try:
-            call = steps.send(answer)
-        except StopIteration as done:
-            return done.value
+    """Run `steps` to its end, each Call awaited."""
+    return await aconverse(steps, _awaited)
+
+
+def _blocking(call: Call) -> Any:
+    return call.blocking(*call.args, **call.kwargs)
+
+
+def _awaited(call: Call) -> Awaitable[Any]:
+    return call.awaited(*call.args, **call.kwargs)  # the awaitable itself: no coroutine of its own per call
 
 
 def asking(
