@@ -197,14 +197,16 @@ class LLMClient:
         return completion
 
     def _clean(self, msgs: list[Message]) -> list[Message]:
-        """Messages with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted."""
-        out = []
+        """`msgs` with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted.
+
+        `msgs` are validate_messages' own copies, changed in place.
+        """
         for m in msgs:
             content, n = clean_surrogates(m["content"])
             if n:
+                m["content"] = content
                 self._tally(lambda u: u.bump(cleaned=1))
-            out.append({"role": m["role"], "content": content})
-        return out
+        return msgs
 
     def _tally(self, update: Callable[[Usage], None]) -> None:
         """Apply `update` to this client's usage and to the running episode's usage of this role."""

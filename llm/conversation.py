@@ -166,6 +166,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def clean_surrogates(text: str) -> tuple[str, int]:
     """`text` with every lone surrogate (unencodable as UTF-8) replaced by U+FFFD, and how many were replaced."""
+    if text.isascii():  # most text; a flag of the string, where the search reads every character
+        return text, 0
     return _SURROGATE.subn("\ufffd", text)
 
 
