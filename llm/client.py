@@ -70,6 +70,7 @@ class LLMClient:
         self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, Any]]
         self._per_loop = weakref.WeakKeyDictionary()
         self._per_loop_lock = threading.Lock()
+        self._last_loop: tuple[weakref.ref[asyncio.AbstractEventLoop], tuple[asyncio.Semaphore, Any]] | None = None
         self._embedded: EmbeddedBackend | None = None
         self._http: HTTPBackend | None = None
         self._extra = dict(config.extra)
@@ -197,14 +198,16 @@ class LLMClient:
         return completion
 
     def _clean(self, msgs: list[Message]) -> list[Message]:
-        """Messages with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted."""
-        out = []
+        """`msgs` with lone surrogates replaced (they cannot be sent as UTF-8); each cleaned one is counted.
+
+        `msgs` are validate_messages' own copies, changed in place.
+        """
         for m in msgs:
             content, n = clean_surrogates(m["content"])
             if n:
+                m["content"] = content
                 self._tally(lambda u: u.bump(cleaned=1))
-            out.append({"role": m["role"], "content": content})
-        return out
+        return msgs
 
     def _tally(self, update: Callable[[Usage], None]) -> None:
         """Apply `update` to this client's usage and to the running episode's usage of this role."""
@@ -212,7 +215,10 @@ class LLMClient:
         with self._usage_lock:
             update(self.usage)
             if episode is not None:
-                update(episode.setdefault(self.role, Usage()))
+                role = episode.get(self.role)  # not setdefault: that would build a Usage every call
+                if role is None:
+                    role = episode[self.role] = Usage()
+                update(role)
 
     def _count(self, prompt: int | None, completion: int | None) -> None:
         self._tally(lambda u: u.add_reported(prompt, completion))
@@ -270,12 +276,16 @@ class LLMClient:
 
     def _loop_state(self) -> tuple[asyncio.Semaphore, Any]:
         loop = asyncio.get_running_loop()
+        last = self._last_loop  # (weakref to a loop, its state) of the latest call: nearly always this one's
+        if last is not None and last[0]() is loop:
+            return last[1]
         with self._per_loop_lock:
             state = self._per_loop.get(loop)
             if state is None:
                 aclient = self._http.connections() if self._http is not None else None
                 state = (asyncio.Semaphore(self.config.concurrency), aclient)
                 self._per_loop[loop] = state
+        self._last_loop = (weakref.ref(loop), state)
         return state
 
 

@@ -166,6 +166,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def clean_surrogates(text: str) -> tuple[str, int]:
     """`text` with every lone surrogate (unencodable as UTF-8) replaced by U+FFFD, and how many were replaced."""
+    if text.isascii():  # most text; a flag of the string, where the search reads every character
+        return text, 0
     return _SURROGATE.subn("\ufffd", text)
 
 
@@ -201,24 +203,33 @@ def validate_messages(messages: object) -> list[Message]:
     Raises DataFormatError naming the first bad message: the list must be non-empty and every
     item a mapping with `role` in system/user/assistant and a string `content`.
     """
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+    # `type(...) is` first: a list of dicts (every call's) skips the slower checks against the abstract classes
+    listed = type(messages) is list or not isinstance(messages, (str, bytes)) and isinstance(messages, Sequence)
+    if not listed or not messages:
         raise DataFormatError(
             f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.200}"
         )
     out: list[Message] = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
-            raise DataFormatError(f"messages[{i}] must be a dict with 'role' and 'content', got {m!r:.200}")
+    for m in messages:
+        if type(m) is not dict and not isinstance(m, Mapping):
+            break
         role, content = m.get("role"), m.get("content")
-        if role not in ROLES_IN_MESSAGES:
-            raise DataFormatError(
-                f"messages[{i}] has role {role!r}; allowed: {', '.join(ROLES_IN_MESSAGES)}."
-                + did_you_mean(str(role), ROLES_IN_MESSAGES)
-            )
-        if not isinstance(content, str):
-            raise DataFormatError(f"messages[{i}] content must be a string, got {type(content).__name__}")
+        if role not in ROLES_IN_MESSAGES or type(content) is not str and not isinstance(content, str):
+            break
         out.append({"role": role, "content": content})
-    return out
+    else:
+        return out
+    i = len(out)  # the first bad message: say what is wrong with it
+    m = messages[i]
+    if not isinstance(m, Mapping):
+        raise DataFormatError(f"messages[{i}] must be a dict with 'role' and 'content', got {m!r:.200}")
+    role, content = m.get("role"), m.get("content")
+    if role not in ROLES_IN_MESSAGES:
+        raise DataFormatError(
+            f"messages[{i}] has role {role!r}; allowed: {', '.join(ROLES_IN_MESSAGES)}."
+            + did_you_mean(str(role), ROLES_IN_MESSAGES)
+        )
+    raise DataFormatError(f"messages[{i}] content must be a string, got {type(content).__name__}")
 
 
 def converse(conversation: Generator[_Request, _Answer, _T], call: Callable[[_Request], _Answer]) -> _T:

@@ -368,11 +368,19 @@ class HTTPBackend:
 
     async def _post(self, conns: Connections, path: str, body: bytes) -> tuple[bytes, str, int]:
         """POST `body` to `path` under base_url: (content, content type, retries), every failure a named error."""
+        session = conns.session or await conns.open(self._session)
+        try:  # most calls succeed at once: the retries' bookkeeping (tenacity: 0.3 ms a call) starts at a failure
+            content, content_type = await _request(session, "POST", self._url + path, body)
+        except Exception as exc:
+            return await self._after_failure(session, path, body, exc)
+        return content, content_type, 0
+
+    async def _after_failure(self, session: Any, path: str, body: bytes, first: Exception) -> tuple[bytes, str, int]:
+        """`_post` once its first attempt raised `first`: the retries it allows, and the named error if none answers."""
         import aiohttp
         import tenacity
 
-        session = await conns.open(self._session)
-        attempts = 0
+        attempts = 1
 
         async def attempt() -> tuple[bytes, str]:
             nonlocal attempts
@@ -380,18 +388,15 @@ class HTTPBackend:
             return await _request(session, "POST", self._url + path, body)
 
         try:
-            try:  # most calls succeed at once: tenacity's bookkeeping (0.3 ms a call) starts at the first failure
-                content, content_type = await attempt()
-            except Exception as exc:
-                if not (self.config.max_retries and retryable(exc)):
-                    raise
-                await asyncio.sleep(backoff(exc, 1))
-                content, content_type = await tenacity.AsyncRetrying(
-                    stop=tenacity.stop_after_attempt(self.config.max_retries),
-                    wait=lambda state: backoff(state.outcome.exception(), state.attempt_number + 1),
-                    retry=tenacity.retry_if_exception(retryable),
-                    reraise=True,
-                )(attempt)
+            if not (self.config.max_retries and retryable(first)):
+                raise first
+            await asyncio.sleep(backoff(first, 1))
+            content, content_type = await tenacity.AsyncRetrying(
+                stop=tenacity.stop_after_attempt(self.config.max_retries),
+                wait=lambda state: backoff(state.outcome.exception(), state.attempt_number + 1),
+                retry=tenacity.retry_if_exception(retryable),
+                reraise=True,
+            )(attempt)
         except StatusError as exc:
             if exc.status == 404:
                 raise self._not_found(exc, await self._list_models(session)) from None
