@@ -98,10 +98,10 @@ def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monke
     written = []
     real_write = EpisodeLog._write
 
-    def slow_write(self, line):
+    def slow_write(self, lines):  # the thread writes the lines waiting for it at once
         time.sleep(0.002)
-        real_write(self, line)
-        written.append(line)
+        real_write(self, lines)
+        written.extend(lines)
 
     monkeypatch.setattr(EpisodeLog, "_write", slow_write)
     (episode,) = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0], progress=False).episodes
