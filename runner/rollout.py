@@ -673,9 +673,13 @@ async def _play(
         if episode_timeout is None:
             record: Record = await arollout(env, policy, seed=seed)
         else:
+            deadline = asyncio.timeout(episode_timeout)  # in the episode's own task: wait_for made one more
             try:
-                record = await asyncio.wait_for(arollout(env, policy, seed=seed), episode_timeout)
+                async with deadline:
+                    record = await arollout(env, policy, seed=seed)
             except TimeoutError:
+                if not deadline.expired():  # the episode's own TimeoutError, not its deadline
+                    raise
                 raise EpisodeTimeoutError(
                     f"the episode did not finish within episode_timeout={episode_timeout}s; raise episode_timeout "
                     "or check the model servers' load"
