@@ -22,15 +22,17 @@ already in the file count for nothing until they are retried, so a healthy rerun
 from __future__ import annotations
 
 import asyncio
+import atexit
+import errno
 import functools
 import json
 import os
 import re
+import threading
 import traceback
 from array import array
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -442,9 +444,9 @@ def _drop_partial_tail(path: Path) -> None:
         f.truncate(0)
 
 
-# Lines an EpisodeLog lets wait for its thread: past this, `append` waits for the oldest write (episodes that
-# finish faster than the disk syncs them, e.g. a scripted policy's, would otherwise pile up in memory: 1,575
-# lines waiting, 86 MB peak for 2,000 ten-turn episodes against 64 MB with a hundred or so)
+# Lines an EpisodeLog lets wait for its thread: past this, `append` waits for the disk (episodes that finish
+# faster than the disk syncs them, e.g. a scripted policy's, would otherwise pile up in memory: 1,575 lines
+# waiting, 86 MB peak for 2,000 ten-turn episodes against 64 MB with a hundred or so)
 PENDING_LINES = 64
 
 
@@ -454,9 +456,12 @@ class EpisodeLog:
     One writer at a time: the log holds a lock on the file until `close()`; a second writer (another
     process, or another log in this one) is refused with a ConfigError. Lines are written and synced
     to disk (fsync) in order by the log's own thread, so the event loop never waits on the disk (an
-    fsync took 7 to 12 ms here, with every episode in flight stalled behind it); `close()` waits for
-    every line, and a write that failed is raised by the next `append` or by `close()`. At most `PENDING_LINES`
-    lines wait for the thread: an `append` past that waits for the disk.
+    fsync took 7 to 12 ms here, with every episode in flight stalled behind it). The thread keeps the
+    file open and writes every line waiting for it at once, then syncs them with one fsync (a group
+    commit); a file removed or replaced under it is a failed write. `close()` waits for every line, and
+    a write that failed is raised by the next `append` or by `close()`; nothing is written after it, so
+    a line it tore is the file's last. At most `PENDING_LINES` lines wait for the thread: an `append`
+    past that waits for the disk.
     """
 
     def __init__(self, path: str | Path, run_key: str):
@@ -464,8 +469,13 @@ class EpisodeLog:
         self.run_key = run_key
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.path)
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: deque[Future[None]] = deque()
+        self._thread: threading.Thread | None = None
+        self._file: Any = None  # opened by the thread at its first write, kept open until `close()`
+        self._cond = threading.Condition()  # guards the fields below, shared with the thread
+        self._lines: list[bytes] = []  # appended, not yet taken by the thread
+        self._unwritten = 0  # appended, not yet written (those the thread is writing included)
+        self._closing = False
+        self._error: BaseException | None = None  # a failed write, until `append` or `close` raises it
         self._write_failed = False
         try:
             self._load(run_key)
@@ -473,35 +483,76 @@ class EpisodeLog:
             self.close()
             raise
         self._end = self.path.stat().st_size if self.path.exists() else 0  # where the next line starts
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ifgym-episode-log")
+        self._thread = threading.Thread(target=self._write_lines, name="ifgym-episode-log", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)  # a log never closed still writes its lines before the interpreter exits
 
     def close(self) -> None:
         """Wait for the lines still being written, then release the file for other writers."""
-        writer, self._writer = self._writer, None
+        thread, self._thread = self._thread, None
         try:
-            if writer is not None:
-                writer.shutdown(wait=True)
-                self._raise_failed_write(wait=True)
+            if thread is not None:
+                atexit.unregister(self.close)
+                with self._cond:
+                    self._closing = True
+                    self._cond.notify()
+                thread.join()
+                self._raise_failed_write()
         finally:
             if not self._lock.closed:
                 self._lock.close()
 
-    def _raise_failed_write(self, wait: bool = False) -> None:
-        """Forget the finished writes; raise the error of one that failed (all of them, once written, when `wait`)."""
-        while self._pending and (wait or self._pending[0].done()):
-            self._pending.popleft().result()
+    def _raise_failed_write(self) -> None:
+        """Raise the error of a write that failed, once."""
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
-    def _write(self, line: bytes) -> None:
-        if self._write_failed:  # nothing after a line that failed: a torn line may only be the file's last
-            return
+    def _write_lines(self) -> None:
+        """The log's thread: write every waiting line at once, sync them, until `close()` (then close the file)."""
         try:
-            with self.path.open("ab") as f:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
-        except BaseException:
-            self._write_failed = True
-            raise
+            while True:
+                with self._cond:
+                    while not self._lines and not self._closing:
+                        self._cond.wait()
+                    lines, self._lines = self._lines, []
+                if not lines:  # closing, and every line written
+                    return
+                error = None
+                if not self._write_failed:  # nothing after a line that failed: a torn line may only be the file's last
+                    try:
+                        self._write(lines)
+                    except BaseException as exc:
+                        self._write_failed = True
+                        error = exc
+                with self._cond:
+                    self._unwritten -= len(lines)
+                    if error is not None:
+                        self._error = error
+                    self._cond.notify_all()
+        finally:
+            if self._file is not None:
+                self._file.close()
+
+    def _write(self, lines: list[bytes]) -> None:
+        """Write `lines` at the end of the file and fsync it; a file removed or replaced since it was opened fails."""
+        if self._file is None:
+            self._file = self.path.open("ab", buffering=0)  # a folder removed under the run fails here
+        data = memoryview(b"".join(lines))
+        while data:
+            data = data[self._file.write(data) :]
+        os.fsync(self._file.fileno())
+        opened = os.fstat(self._file.fileno())
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        if now is None or (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            raise FileNotFoundError(
+                errno.ENOENT,
+                "the episodes file was removed or replaced during the run; the lines written since are not in it",
+                str(self.path),
+            )
 
     def _load(self, run_key: str) -> None:
         _drop_partial_tail(self.path)
@@ -522,15 +573,18 @@ class EpisodeLog:
 
     def append(self, record: Record) -> int:
         """Append `record` as one line (written and synced by the log's thread); returns the offset it starts at."""
-        if self._writer is None:
+        if self._thread is None:
             raise RuntimeError(f"the episode log {self.path} is closed")
         self._raise_failed_write()
         line = (record.to_jsonl() + "\n").encode("utf-8")
-        # the only writer (the lock), in order (one thread): the line starts where the last one ended
-        offset, self._end = self._end, self._end + len(line)
-        self._pending.append(self._writer.submit(self._write, line))
-        while len(self._pending) > PENDING_LINES:  # the disk is behind: wait for it rather than hold every line
-            self._pending.popleft().result()
+        with self._cond:
+            # the only writer (the lock), in order (one thread): the line starts where the last one ended
+            offset, self._end = self._end, self._end + len(line)
+            self._lines.append(line)
+            self._unwritten += 1
+            self._cond.notify()
+            while self._unwritten > PENDING_LINES:  # the disk is behind: wait for it rather than hold every line
+                self._cond.wait()
         failed = record if isinstance(record, FailedEpisode) else None
         self.latest.pop(record.seed, None)
         self.latest[record.seed] = LineRef(offset, record.seed, record.meta.get("run_key"), failed)
@@ -619,9 +673,13 @@ async def _play(
         if episode_timeout is None:
             record: Record = await arollout(env, policy, seed=seed)
         else:
+            deadline = asyncio.timeout(episode_timeout)  # in the episode's own task: wait_for made one more
             try:
-                record = await asyncio.wait_for(arollout(env, policy, seed=seed), episode_timeout)
+                async with deadline:
+                    record = await arollout(env, policy, seed=seed)
             except TimeoutError:
+                if not deadline.expired():  # the episode's own TimeoutError, not its deadline
+                    raise
                 raise EpisodeTimeoutError(
                     f"the episode did not finish within episode_timeout={episode_timeout}s; raise episode_timeout "
                     "or check the model servers' load"

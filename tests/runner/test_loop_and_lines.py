@@ -98,10 +98,10 @@ def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monke
     written = []
     real_write = EpisodeLog._write
 
-    def slow_write(self, line):
+    def slow_write(self, lines):  # the thread writes the lines waiting for it at once
         time.sleep(0.002)
-        real_write(self, line)
-        written.append(line)
+        real_write(self, lines)
+        written.extend(lines)
 
     monkeypatch.setattr(EpisodeLog, "_write", slow_write)
     (episode,) = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0], progress=False).episodes
@@ -114,3 +114,31 @@ def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monke
     log.close()
     assert max(waiting) <= PENDING_LINES and max(waiting) > PENDING_LINES // 2  # the bound was reached, not passed
     assert [e.seed for e in StoredEpisodes(log.path, offsets)] == list(range(3 * PENDING_LINES))
+
+
+def test_a_runs_envs_carry_gymnasiums_checker_until_one_has_passed_its_checks():
+    # `ifgym eval`'s env factory: gymnasium's passive checker wraps its envs until one has been through its
+    # reset, first and second steps; the envs after it go without (same episodes, less CPU a turn)
+    from gymnasium.wrappers import PassiveEnvChecker
+
+    from ifgym.runner.build import build_env
+
+    def checked(env):
+        while isinstance(env, gym.Wrapper):
+            if isinstance(env, PassiveEnvChecker):
+                return True
+            env = env.env
+        return False
+
+    settings = {"id": "ifgym/EvolIF-v1", "max_turns": 3, "patience": None}
+    make_run_env = build_env(settings, {"kind": "rules"}, {})
+    assert checked(make_run_env())  # no env of the run has played yet
+    played = run(make_run_env, lambda: ScriptedPolicy(["A reply."]), range(3), concurrency=1, progress=False)
+    assert not checked(make_run_env())
+    assert checked(build_env(settings, {"kind": "rules"}, {})())  # another run's factory checks its own envs
+    # the episodes read as those of envs checked throughout
+    every_env_checked = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(3), progress=False)
+    assert [e.to_json() for e in played.episodes] == [e.to_json() for e in every_env_checked.episodes]
+    # a setting of the config's own is followed
+    unchecked = build_env({**settings, "disable_env_checker": True}, {"kind": "rules"}, {})
+    assert not checked(unchecked())

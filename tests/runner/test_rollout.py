@@ -141,6 +141,37 @@ def test_the_log_writes_each_line_where_append_said_and_raises_a_write_that_fail
             log.close()
 
 
+def test_the_log_keeps_its_file_open_and_fails_loudly_when_the_file_is_removed_under_it(tmp_path):
+    # the log's thread keeps the file open across lines: lines written to a removed file would be lost in
+    # silence, so a write that finds the file gone (or replaced) is raised, and nothing is written after it
+    import time
+
+    from ifgym.runner.rollout import EpisodeLog
+
+    episodes = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(3), progress=False).episodes
+    path = tmp_path / "e.jsonl"
+    log = EpisodeLog(path, "k")
+    log.append(episodes[0])
+    first = episodes[0].to_jsonl().encode() + b"\n"
+    deadline = time.monotonic() + 30
+    while (not path.exists() or path.stat().st_size < len(first)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path.read_bytes() == first
+    path.rename(tmp_path / "moved.jsonl")  # the open file lives on under another name
+    with pytest.raises(FileNotFoundError, match="removed or replaced during the run"):
+        try:
+            log.append(episodes[1])
+            time.sleep(0.5)  # the thread has most likely met the missing file by now: the next append raises it
+            log.append(episodes[2])
+        finally:
+            log.close()
+    assert not path.exists()
+    # the moved file holds whole lines in order, from the first to those of the batch that found the file gone
+    # (a batch of its own, or the second's, or the second's and third's: the thread's pace decides), nothing after
+    lines = [e.to_jsonl().encode() + b"\n" for e in episodes]
+    assert (tmp_path / "moved.jsonl").read_bytes() in (lines[0], b"".join(lines[:2]), b"".join(lines))
+
+
 class OnlyAct:
     """A policy with only the blocking `act` (and `reset`)."""
 

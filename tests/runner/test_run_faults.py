@@ -171,6 +171,16 @@ def test_an_episode_past_its_deadline_is_a_failed_episode(tmp_path):
     assert "episode_timeout=0.2s" in failed.error["message"] and failed.turns == 0
 
 
+def test_a_timeout_inside_an_episode_is_its_own_error_not_the_deadline():
+    class TimesOut(ScriptedPolicy):
+        async def aact(self, messages):
+            raise TimeoutError("the policy's own wait ran out")
+
+    result = run(make_env, lambda: TimesOut(["x"]), [0], progress=False, episode_timeout=60, max_failure_rate=1)
+    (failed,) = result.failed
+    assert failed.error["type"] == "TimeoutError" and failed.error["message"] == "the policy's own wait ran out"
+
+
 def test_model_server_errors_fail_one_episode_not_the_run(tmp_path):
     # the first request of the run gets a 500 and the client may not retry: that episode fails
     with CannedServer(replies=["Fine."], faults=[(500, {})]) as server:
