@@ -178,7 +178,14 @@ def params_error(cid: str, field: str, value: Any, allowed: str) -> ConstraintPa
     return err
 
 
+# Types a param value is left as by `_to_json_value` and `_freeze`, tested first: a test through the Mapping ABC
+# for each scalar was most of a constraint's `to_json` (three of them a turn, for every live constraint)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _to_json_value(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, tuple):
         return [_to_json_value(v) for v in value]
     if isinstance(value, Mapping):
@@ -219,6 +226,8 @@ class FrozenParams(dict):
 
 
 def _freeze(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, Mapping):
         return FrozenParams({k: _freeze(v) for k, v in value.items()})
     return value
@@ -264,7 +273,7 @@ class Constraint:
 
     def to_json(self) -> dict[str, Any]:
         """`{"id": ..., "params": {...}}` with tuples as lists."""
-        return {"id": self.id, "params": _to_json_value(self.params)}
+        return {"id": self.id, "params": {k: _to_json_value(v) for k, v in self.params.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Constraint:
