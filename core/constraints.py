@@ -149,6 +149,7 @@ def register(cls: type[ConstraintType]) -> type[ConstraintType]:
     if cid in REGISTRY:
         raise ValueError(f"constraint id {cid!r} registered twice")
     REGISTRY[cid] = cls
+    _GROUP_IDS.clear()
     return cls
 
 
@@ -160,11 +161,21 @@ def constraint_type(constraint_id: str) -> type[ConstraintType]:
         raise UnknownNameError("constraint id", constraint_id, REGISTRY) from None
 
 
+# ids_in_group's answers with the registry's size they were read at: the samplers ask for a group's ids on
+# every draw. `register` empties it; a size that changed (a type deleted from REGISTRY) reads the registry again.
+_GROUP_IDS: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+
 def ids_in_group(group: str) -> tuple[str, ...]:
     """The constraint ids of one group, in catalog order; unknown groups get a did-you-mean error."""
+    hit = _GROUP_IDS.get(group)
+    if hit is not None and hit[0] == len(REGISTRY):
+        return hit[1]
     if group not in GROUPS:
         raise UnknownNameError("constraint group", group, GROUPS)
-    return tuple(cid for cid, kind in REGISTRY.items() if kind.group == group)
+    ids = tuple(cid for cid, kind in REGISTRY.items() if kind.group == group)
+    _GROUP_IDS[group] = (len(REGISTRY), ids)
+    return ids
 
 
 def params_error(cid: str, field: str, value: Any, allowed: str) -> ConstraintParamsError:
