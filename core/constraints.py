@@ -323,7 +323,8 @@ class Constraint:
         return key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Constraint) and self._identity() == other._identity()
+        # different ids never compare equal (the identity starts with the id): no JSON dump for them
+        return isinstance(other, Constraint) and self.id == other.id and self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())
@@ -494,11 +495,25 @@ def conflicts(a: Constraint, b: Constraint) -> str | None:
     if a.group == b.group:
         first, second = sorted((a.id, b.id))
         return f"{first} and {second} are both in the group {a.group!r}; only one constraint per group is live"
-    for rule in CONFLICTS:
-        for left, right in ((a, b), (b, a)):
-            if left.id in rule.left and right.id in rule.right and (rule.when is None or rule.when(left, right)):
-                return f"{left.id} vs {right.id}: {rule.reason}"
+    for rule, swapped in _rules_between(a.id, b.id):
+        left, right = (b, a) if swapped else (a, b)
+        if rule.when is None or rule.when(left, right):
+            return f"{left.id} vs {right.id}: {rule.reason}"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _rules_between(a: str, b: str) -> tuple[tuple[ConflictRule, bool], ...]:
+    """The rules of CONFLICTS whose ids match ids `a` and `b`, in the order `conflicts` tries them (True: as (b, a)).
+
+    The samplers test every candidate against every live constraint: this reads the table once per pair of ids.
+    """
+    return tuple(
+        (rule, swapped)
+        for rule in CONFLICTS
+        for swapped, (left, right) in ((False, (a, b)), (True, (b, a)))
+        if left in rule.left and right in rule.right
+    )
 
 
 def unstated(constraint: Constraint, text: str, old: Constraint | None = None) -> list[str]:
