@@ -97,6 +97,7 @@ def title_tokens(title: str) -> frozenset[str]:
     return frozenset(_WORD.findall(title.lower()))
 
 
+@functools.lru_cache(maxsize=8192)  # each sampling context asks again for the tokens of every topic keyword
 def tokens(keyword: str) -> frozenset[str]:
     """The lower-cased words of a keyword."""
     return frozenset(keyword.lower().split())
