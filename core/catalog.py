@@ -85,16 +85,20 @@ READER_AGES: tuple[str, ...] = ("child", "youth", "adult", "senior")
 
 def _fields(cid: str, params: Mapping[str, Any], names: tuple[str, ...]) -> None:
     """Refuse unknown and missing param names."""
-    expected = ", ".join(repr(n) for n in names) if names else "none (use {})"
     for key in params:
         if key not in names:
             hint = did_you_mean(key, names)
             raise ConstraintParamsError(
-                f"{cid}: unknown param {key!r} (value {params[key]!r}).{hint} Expected params: {expected}"
+                f"{cid}: unknown param {key!r} (value {params[key]!r}).{hint} Expected params: {_expected(names)}"
             )
     for name in names:
         if name not in params:
-            raise ConstraintParamsError(f"{cid}: missing param {name!r}. Expected params: {expected}")
+            raise ConstraintParamsError(f"{cid}: missing param {name!r}. Expected params: {_expected(names)}")
+
+
+def _expected(names: tuple[str, ...]) -> str:
+    """The param names `_fields` expects, for its errors (only written when one is raised)."""
+    return ", ".join(repr(n) for n in names) if names else "none (use {})"
 
 
 def _text(cid: str, field: str, value: Any, what: str) -> str:

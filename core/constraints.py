@@ -237,7 +237,7 @@ class FrozenParams(dict):
 
 
 def _freeze(value: Any) -> Any:
-    if type(value) in _SCALARS:
+    if type(value) in _SCALARS or type(value) is tuple:
         return value
     if isinstance(value, Mapping):
         return FrozenParams({k: _freeze(v) for k, v in value.items()})
@@ -253,7 +253,7 @@ class Constraint:
 
     def __post_init__(self) -> None:
         kind = constraint_type(self.id)
-        if not isinstance(self.params, Mapping):
+        if not isinstance(self.params, dict) and not isinstance(self.params, Mapping):  # a dict: no ABC test
             raise ConstraintParamsError(
                 f"{self.id}: params must be a mapping, got {type(self.params).__name__} {self.params!r}"
             )
