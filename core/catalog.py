@@ -175,9 +175,17 @@ def _bare_emoji(value: str) -> str:
     return _EMOJI_SKIN.sub("", value)
 
 
+@functools.cache
+def _emoji_starts() -> frozenset[str]:
+    """The characters an emoji of `emoji.EMOJI_DATA` starts with: `emoji_list` finds one only where one of them is."""
+    return frozenset(e[0] for e in emoji.EMOJI_DATA)
+
+
 def _edge_emoji(text: str, last: bool) -> str | None:
     """The whole emoji (ZWJ sequence, flag, keycap …) at the start/end of `text`, if any."""
     window = text[-40:] if last else text[:40]  # the longest emoji sequence is ~10 code points
+    if _emoji_starts().isdisjoint(window):  # no emoji can start here: emoji_list walks the text for nothing
+        return None
     found = emoji.emoji_list(window)
     if not found:
         return None
