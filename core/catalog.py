@@ -832,13 +832,8 @@ class FormatMarkdown(_FormatType):
 
 def _case_counts(text: str) -> tuple[int, int]:
     """(uppercase, lowercase) cased letters; uncased scripts (CJK, digits) are not counted."""
-    upper = lower = 0
-    for ch in text:
-        if ch.isupper():
-            upper += 1
-        elif ch.islower():
-            lower += 1
-    return upper, lower
+    # one character is never both upper and lower case: two passes in C, not one in Python
+    return sum(map(str.isupper, text)), sum(map(str.islower, text))
 
 
 def _first(text: str, test: Any) -> str:
@@ -1192,7 +1187,7 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 def count_words(text: str) -> int:
     r"""Runs of word characters (`\w+`): "don't" is 2 words, a run of CJK characters is 1."""
-    return sum(1 for _ in _WORDS.finditer(text))
+    return len(_WORDS.findall(text))  # one item per match, counted in C
 
 
 def count_paragraphs(text: str) -> int:
