@@ -15,6 +15,7 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -65,7 +66,8 @@ CHANGES = ("add", "remove", "modify")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
-    if isinstance(value, Sequence) and not isinstance(value, str):
+    # a tuple as it is (tuple() gives it back): no Sequence ABC test for each of the eight pairs of every env
+    if type(value) is not tuple and isinstance(value, Sequence) and not isinstance(value, str):
         value = tuple(value)
     if (
         not isinstance(value, tuple)
@@ -182,11 +184,17 @@ class TrackerConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrackerConfig:
         """Build from a plain mapping (e.g. a Hydra node); unknown keys get a did-you-mean error."""
-        names = {f.name for f in fields(cls)}
+        names = _field_names(cls)
         for key in data:
             if key not in names:
                 raise UnknownNameError("TrackerConfig field", key, names)
         return cls(**dict(data))
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """The field names of a config dataclass (every env builds its TrackerConfig from a mapping)."""
+    return frozenset(f.name for f in fields(cls))
 
 
 # ---------------------------------------------------------------------------------------------
