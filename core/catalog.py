@@ -110,10 +110,8 @@ def _text(cid: str, field: str, value: Any, what: str) -> str:
 
 def _int(cid: str, field: str, value: Any, low: int, high: int | None = None) -> int:
     """An int in [low, high] (bools are refused: True is not a count)."""
-    span = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise params_error(cid, field, value, span)
-    if value < low or (high is not None and value > high):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"  # for the error only
         raise params_error(cid, field, value, span)
     return int(value)
 
