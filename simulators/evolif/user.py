@@ -66,8 +66,11 @@ CHANGES = ("add", "remove", "modify")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
-    # a tuple as it is (tuple() gives it back): no Sequence ABC test for each of the eight pairs of every env
-    if type(value) is not tuple and isinstance(value, Sequence) and not isinstance(value, str):
+    # the common case first, a tuple of two plain ints in order (every env checks eight pairs); the rest below
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
+        if 1 <= value[0] <= value[1]:
+            return value
+    elif isinstance(value, Sequence) and not isinstance(value, str):
         value = tuple(value)
     if (
         not isinstance(value, tuple)
