@@ -85,16 +85,20 @@ READER_AGES: tuple[str, ...] = ("child", "youth", "adult", "senior")
 
 def _fields(cid: str, params: Mapping[str, Any], names: tuple[str, ...]) -> None:
     """Refuse unknown and missing param names."""
-    expected = ", ".join(repr(n) for n in names) if names else "none (use {})"
     for key in params:
         if key not in names:
             hint = did_you_mean(key, names)
             raise ConstraintParamsError(
-                f"{cid}: unknown param {key!r} (value {params[key]!r}).{hint} Expected params: {expected}"
+                f"{cid}: unknown param {key!r} (value {params[key]!r}).{hint} Expected params: {_expected(names)}"
             )
     for name in names:
         if name not in params:
-            raise ConstraintParamsError(f"{cid}: missing param {name!r}. Expected params: {expected}")
+            raise ConstraintParamsError(f"{cid}: missing param {name!r}. Expected params: {_expected(names)}")
+
+
+def _expected(names: tuple[str, ...]) -> str:
+    """The param names `_fields` expects, for its errors (only written when one is raised)."""
+    return ", ".join(repr(n) for n in names) if names else "none (use {})"
 
 
 def _text(cid: str, field: str, value: Any, what: str) -> str:
@@ -106,10 +110,8 @@ def _text(cid: str, field: str, value: Any, what: str) -> str:
 
 def _int(cid: str, field: str, value: Any, low: int, high: int | None = None) -> int:
     """An int in [low, high] (bools are refused: True is not a count)."""
-    span = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise params_error(cid, field, value, span)
-    if value < low or (high is not None and value > high):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        span = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"  # for the error only
         raise params_error(cid, field, value, span)
     return int(value)
 
@@ -171,9 +173,17 @@ def _bare_emoji(value: str) -> str:
     return _EMOJI_SKIN.sub("", value)
 
 
+@functools.cache
+def _emoji_starts() -> frozenset[str]:
+    """The characters an emoji of `emoji.EMOJI_DATA` starts with: `emoji_list` finds one only where one of them is."""
+    return frozenset(e[0] for e in emoji.EMOJI_DATA)
+
+
 def _edge_emoji(text: str, last: bool) -> str | None:
     """The whole emoji (ZWJ sequence, flag, keycap …) at the start/end of `text`, if any."""
     window = text[-40:] if last else text[:40]  # the longest emoji sequence is ~10 code points
+    if _emoji_starts().isdisjoint(window):  # no emoji can start here: emoji_list walks the text for nothing
+        return None
     found = emoji.emoji_list(window)
     if not found:
         return None
@@ -820,13 +830,8 @@ class FormatMarkdown(_FormatType):
 
 def _case_counts(text: str) -> tuple[int, int]:
     """(uppercase, lowercase) cased letters; uncased scripts (CJK, digits) are not counted."""
-    upper = lower = 0
-    for ch in text:
-        if ch.isupper():
-            upper += 1
-        elif ch.islower():
-            lower += 1
-    return upper, lower
+    # one character is never both upper and lower case: two passes in C, not one in Python
+    return sum(map(str.isupper, text)), sum(map(str.islower, text))
 
 
 def _first(text: str, test: Any) -> str:
@@ -1180,7 +1185,7 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 
 def count_words(text: str) -> int:
     r"""Runs of word characters (`\w+`): "don't" is 2 words, a run of CJK characters is 1."""
-    return sum(1 for _ in _WORDS.finditer(text))
+    return len(_WORDS.findall(text))  # one item per match, counted in C
 
 
 def count_paragraphs(text: str) -> int:

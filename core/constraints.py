@@ -149,6 +149,7 @@ def register(cls: type[ConstraintType]) -> type[ConstraintType]:
     if cid in REGISTRY:
         raise ValueError(f"constraint id {cid!r} registered twice")
     REGISTRY[cid] = cls
+    _GROUP_IDS.clear()
     return cls
 
 
@@ -160,11 +161,21 @@ def constraint_type(constraint_id: str) -> type[ConstraintType]:
         raise UnknownNameError("constraint id", constraint_id, REGISTRY) from None
 
 
+# ids_in_group's answers with the registry's size they were read at: the samplers ask for a group's ids on
+# every draw. `register` empties it; a size that changed (a type deleted from REGISTRY) reads the registry again.
+_GROUP_IDS: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+
 def ids_in_group(group: str) -> tuple[str, ...]:
     """The constraint ids of one group, in catalog order; unknown groups get a did-you-mean error."""
+    hit = _GROUP_IDS.get(group)
+    if hit is not None and hit[0] == len(REGISTRY):
+        return hit[1]
     if group not in GROUPS:
         raise UnknownNameError("constraint group", group, GROUPS)
-    return tuple(cid for cid, kind in REGISTRY.items() if kind.group == group)
+    ids = tuple(cid for cid, kind in REGISTRY.items() if kind.group == group)
+    _GROUP_IDS[group] = (len(REGISTRY), ids)
+    return ids
 
 
 def params_error(cid: str, field: str, value: Any, allowed: str) -> ConstraintParamsError:
@@ -178,7 +189,14 @@ def params_error(cid: str, field: str, value: Any, allowed: str) -> ConstraintPa
     return err
 
 
+# Types a param value is left as by `_to_json_value` and `_freeze`, tested first: a test through the Mapping ABC
+# for each scalar was most of a constraint's `to_json` (three of them a turn, for every live constraint)
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _to_json_value(value: Any) -> Any:
+    if type(value) in _SCALARS:
+        return value
     if isinstance(value, tuple):
         return [_to_json_value(v) for v in value]
     if isinstance(value, Mapping):
@@ -219,6 +237,8 @@ class FrozenParams(dict):
 
 
 def _freeze(value: Any) -> Any:
+    if type(value) in _SCALARS or type(value) is tuple:
+        return value
     if isinstance(value, Mapping):
         return FrozenParams({k: _freeze(v) for k, v in value.items()})
     return value
@@ -233,7 +253,7 @@ class Constraint:
 
     def __post_init__(self) -> None:
         kind = constraint_type(self.id)
-        if not isinstance(self.params, Mapping):
+        if not isinstance(self.params, dict) and not isinstance(self.params, Mapping):  # a dict: no ABC test
             raise ConstraintParamsError(
                 f"{self.id}: params must be a mapping, got {type(self.params).__name__} {self.params!r}"
             )
@@ -264,7 +284,7 @@ class Constraint:
 
     def to_json(self) -> dict[str, Any]:
         """`{"id": ..., "params": {...}}` with tuples as lists."""
-        return {"id": self.id, "params": _to_json_value(self.params)}
+        return {"id": self.id, "params": {k: _to_json_value(v) for k, v in self.params.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Constraint:
@@ -303,7 +323,8 @@ class Constraint:
         return key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Constraint) and self._identity() == other._identity()
+        # different ids never compare equal (the identity starts with the id): no JSON dump for them
+        return isinstance(other, Constraint) and self.id == other.id and self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())
@@ -335,7 +356,7 @@ def keyword_pattern(keyword: str) -> re.Pattern[str]:
 
 def count_keyword(text: str, keyword: str) -> int:
     """Non-overlapping occurrences of `keyword` in `text` (see `keyword_pattern`)."""
-    return sum(1 for _ in keyword_pattern(keyword).finditer(text))
+    return len(keyword_pattern(keyword).findall(text))  # one item per match, counted in C
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,11 +495,25 @@ def conflicts(a: Constraint, b: Constraint) -> str | None:
     if a.group == b.group:
         first, second = sorted((a.id, b.id))
         return f"{first} and {second} are both in the group {a.group!r}; only one constraint per group is live"
-    for rule in CONFLICTS:
-        for left, right in ((a, b), (b, a)):
-            if left.id in rule.left and right.id in rule.right and (rule.when is None or rule.when(left, right)):
-                return f"{left.id} vs {right.id}: {rule.reason}"
+    for rule, swapped in _rules_between(a.id, b.id):
+        left, right = (b, a) if swapped else (a, b)
+        if rule.when is None or rule.when(left, right):
+            return f"{left.id} vs {right.id}: {rule.reason}"
     return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _rules_between(a: str, b: str) -> tuple[tuple[ConflictRule, bool], ...]:
+    """The rules of CONFLICTS whose ids match ids `a` and `b`, in the order `conflicts` tries them (True: as (b, a)).
+
+    The samplers test every candidate against every live constraint: this reads the table once per pair of ids.
+    """
+    return tuple(
+        (rule, swapped)
+        for rule in CONFLICTS
+        for swapped, (left, right) in ((False, (a, b)), (True, (b, a)))
+        if left in rule.left and right in rule.right
+    )
 
 
 def unstated(constraint: Constraint, text: str, old: Constraint | None = None) -> list[str]:

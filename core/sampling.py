@@ -80,12 +80,12 @@ class SampleContext:
     def required_pool(self) -> list[str]:
         """The topic keywords a constraint may require (none forbidden by another, when keywords are disjoint)."""
         avoid = self.forbidden_tokens if self.ranges.disjoint_keywords else frozenset()
-        return [k for k in self.keywords if not (tokens(k) & avoid)]
+        return [k for k in self.keywords if tokens(k).isdisjoint(avoid)]
 
     def forbidden_pool(self) -> list[str]:
         """The topic keywords a constraint may forbid (not in the title, none required by another)."""
         avoid = self.title_tokens | (self.required_tokens if self.ranges.disjoint_keywords else frozenset())
-        return [k for k in self.keywords if not (tokens(k) & avoid)]
+        return [k for k in self.keywords if tokens(k).isdisjoint(avoid)]
 
 
 _WORD = re.compile(r"\w+")
@@ -97,6 +97,7 @@ def title_tokens(title: str) -> frozenset[str]:
     return frozenset(_WORD.findall(title.lower()))
 
 
+@functools.lru_cache(maxsize=8192)  # each sampling context asks again for the tokens of every topic keyword
 def tokens(keyword: str) -> frozenset[str]:
     """The lower-cased words of a keyword."""
     return frozenset(keyword.lower().split())

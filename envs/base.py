@@ -119,9 +119,13 @@ class ChatEnv(gym.Env[list, str]):
         self._done = False
 
     def _open_turn(self, turn: UserTurn) -> tuple[list, dict[str, Any]]:
+        self._enter_turn(turn)
+        return list(self._messages), self._turn_info()
+
+    def _enter_turn(self, turn: UserTurn) -> None:
+        """Make `turn` the current one (a step's info gives it as `next_*`: no observation or info of its own)."""
         self._turn = turn
         self._messages.append({"role": "user", "content": turn.text})
-        return list(self._messages), self._turn_info()
 
     def _turn_info(self) -> dict[str, Any]:
         spec = self._turn.spec
@@ -258,7 +262,7 @@ class ChatEnv(gym.Env[list, str]):
             )
         )
         if nxt is not None:
-            self._open_turn(nxt)
+            self._enter_turn(nxt)
             info.update(self._next_turn_info())
         info["done_reason"] = ending.reason if ending is not None else None
         if ending is not None:

@@ -54,6 +54,21 @@ def loose_variants(reply: str) -> list[tuple[str, str]]:
     return variants
 
 
+# The last reply's loose variants: a scorer checks each of a turn's failing constraints loosely on the same reply
+_last_variants: tuple[str, tuple[tuple[str, str], ...]] | None = None
+
+
+def _variants_of(reply: str) -> tuple[tuple[str, str], ...]:
+    """`loose_variants(reply)`, made once for the same reply object (one tuple swap: safe across threads)."""
+    global _last_variants
+    last = _last_variants
+    if last is not None and last[0] is reply:
+        return last[1]
+    variants = tuple(loose_variants(reply))
+    _last_variants = (reply, variants)
+    return variants
+
+
 # Whose reading of a rule `check` applies: ifgym's own (strict, or loose) or EvolIF's evaluator.
 SEMANTICS: tuple[str, ...] = ("ifgym", "evolif")
 
@@ -93,7 +108,7 @@ def check(
         if loose:
             return Verdict(strict.label, f"loose (as is): {strict.reason}", strict.source)
         return strict
-    for name, text in loose_variants(reply)[1:]:
+    for name, text in _variants_of(reply)[1:]:
         verdict = kind.check(text, constraint.params)
         if verdict.label == "yes":
             return Verdict("yes", f"loose ({name}): {verdict.reason}", verdict.source)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ifgym.core.constraints import Constraint, unstated
-from ifgym.core.sampling import choice
+from ifgym.core.sampling import choice, tokens
 from ifgym.core.wording import a, and_list
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import ChatClient, Conversation
@@ -251,7 +251,7 @@ class TemplateRenderer(Renderer):
         else:
             table = _OPEN_CONTINUE
         # the focus word must not be one the user has forbidden
-        focus = [k for k in request.topic.keywords if not (set(k.lower().split()) & request.forbidden_tokens)]
+        focus = [k for k in request.topic.keywords if tokens(k).isdisjoint(request.forbidden_tokens)]
         template = choice(rng, table)
         word = choice(rng, focus) if focus else "the details"
         return template.format(title=title, focus=word)

@@ -15,6 +15,7 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -65,7 +66,11 @@ CHANGES = ("add", "remove", "modify")
 
 
 def _pair(value: Any, name: str) -> tuple[int, int]:
-    if isinstance(value, Sequence) and not isinstance(value, str):
+    # the common case first, a tuple of two plain ints in order (every env checks eight pairs); the rest below
+    if type(value) is tuple and len(value) == 2 and type(value[0]) is int and type(value[1]) is int:
+        if 1 <= value[0] <= value[1]:
+            return value
+    elif isinstance(value, Sequence) and not isinstance(value, str):
         value = tuple(value)
     if (
         not isinstance(value, tuple)
@@ -182,11 +187,17 @@ class TrackerConfig:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrackerConfig:
         """Build from a plain mapping (e.g. a Hydra node); unknown keys get a did-you-mean error."""
-        names = {f.name for f in fields(cls)}
+        names = _field_names(cls)
         for key in data:
             if key not in names:
                 raise UnknownNameError("TrackerConfig field", key, names)
         return cls(**dict(data))
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    """The field names of a config dataclass (every env builds its TrackerConfig from a mapping)."""
+    return frozenset(f.name for f in fields(cls))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -473,8 +484,9 @@ def _styles(styles: Sequence[Style] | Sequence[Mapping[str, Any]] | str | Path |
 
 def _streams(rng: np.random.Generator) -> tuple[int, int, int]:
     """An episode's tracker seed, renderer seed and style draw (the script never depends on the renderer's draws)."""
-    tracker_seed, render_seed, style_draw = rng.integers(0, 2**63 - 1, size=3)
-    return int(tracker_seed), int(render_seed), int(style_draw)
+    # three scalar draws: the same values and rng state as one draw of size 3, without numpy's size handling
+    # (np.prod on the size: a third of the call)
+    return int(rng.integers(0, 2**63 - 1)), int(rng.integers(0, 2**63 - 1)), int(rng.integers(0, 2**63 - 1))
 
 
 class EvolIFUser(UserSimulator):
