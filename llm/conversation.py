@@ -210,26 +210,19 @@ def validate_messages(messages: object) -> list[Message]:
             f"messages must be a non-empty list of {{'role': ..., 'content': ...}} dicts, got {messages!r:.200}"
         )
     out: list[Message] = []
-    for m in messages:
+    for i, m in enumerate(messages):
         if type(m) is not dict and not isinstance(m, Mapping):
-            break
+            raise DataFormatError(f"messages[{i}] must be a dict with 'role' and 'content', got {m!r:.200}")
         role, content = m.get("role"), m.get("content")
-        if role not in ROLES_IN_MESSAGES or type(content) is not str and not isinstance(content, str):
-            break
+        if role not in ROLES_IN_MESSAGES:
+            raise DataFormatError(
+                f"messages[{i}] has role {role!r}; allowed: {', '.join(ROLES_IN_MESSAGES)}."
+                + did_you_mean(str(role), ROLES_IN_MESSAGES)
+            )
+        if not isinstance(content, str):
+            raise DataFormatError(f"messages[{i}] content must be a string, got {type(content).__name__}")
         out.append({"role": role, "content": content})
-    else:
-        return out
-    i = len(out)  # the first bad message: say what is wrong with it
-    m = messages[i]
-    if not isinstance(m, Mapping):
-        raise DataFormatError(f"messages[{i}] must be a dict with 'role' and 'content', got {m!r:.200}")
-    role, content = m.get("role"), m.get("content")
-    if role not in ROLES_IN_MESSAGES:
-        raise DataFormatError(
-            f"messages[{i}] has role {role!r}; allowed: {', '.join(ROLES_IN_MESSAGES)}."
-            + did_you_mean(str(role), ROLES_IN_MESSAGES)
-        )
-    raise DataFormatError(f"messages[{i}] content must be a string, got {type(content).__name__}")
+    return out
 
 
 def converse(conversation: Generator[_Request, _Answer, _T], call: Callable[[_Request], _Answer]) -> _T:

@@ -9,6 +9,7 @@ scoring protocols around it: loose checking retries the rule on `loose_variants(
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ifgym.core import Constraint, Verdict
@@ -54,19 +55,10 @@ def loose_variants(reply: str) -> list[tuple[str, str]]:
     return variants
 
 
-# The last reply's loose variants: a scorer checks each of a turn's failing constraints loosely on the same reply
-_last_variants: tuple[str, tuple[tuple[str, str], ...]] | None = None
-
-
+@functools.lru_cache(maxsize=1)  # a scorer checks each of a turn's failing constraints loosely on the same reply
 def _variants_of(reply: str) -> tuple[tuple[str, str], ...]:
-    """`loose_variants(reply)`, made once for the same reply object (one tuple swap: safe across threads)."""
-    global _last_variants
-    last = _last_variants
-    if last is not None and last[0] is reply:
-        return last[1]
-    variants = tuple(loose_variants(reply))
-    _last_variants = (reply, variants)
-    return variants
+    """`loose_variants(reply)`, made once for the reply last asked about."""
+    return tuple(loose_variants(reply))
 
 
 # Whose reading of a rule `check` applies: ifgym's own (strict, or loose) or EvolIF's evaluator.
