@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -67,6 +67,21 @@ def young_gc_threshold(threshold: int = YOUNG_GC_THRESHOLD) -> Iterator[None]:
             _gc_users -= 1
             if _gc_users == 0:
                 gc.set_threshold(*_gc_before)
+
+
+async def gather_or_cancel(aws: Iterable[Awaitable[T]]) -> list[T]:
+    """`asyncio.gather` of `aws` that ends them all with it.
+
+    When one fails (a run's stop) or the gather is cancelled (Ctrl-C), the others are cancelled and waited
+    for, so none runs on past the run's end (a Ray share's stream past its instance's shutdown).
+    """
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        return await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.errors import ConfigError
-from ifgym.runner.loop import run_async
+from ifgym.runner.loop import gather_or_cancel, run_async
 from ifgym.runner.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
@@ -198,7 +198,8 @@ async def arun_ray(
             actors += batch
             if on_workers:
                 on_workers(batch)
-            lost = await asyncio.gather(*(_consume(ray, a, s, recorder) for a, s in zip(batch, shares, strict=True)))
+            # a stop ends every share's stream before the instance is shut down under it
+            lost = await gather_or_cancel(_consume(ray, a, s, recorder) for a, s in zip(batch, shares, strict=True))
             for actor in batch:
                 ray.kill(actor)  # an actor holds its CPU until killed
             todo = []

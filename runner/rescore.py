@@ -33,7 +33,7 @@ from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
-from ifgym.runner.loop import run_async
+from ifgym.runner.loop import gather_or_cancel, run_async
 from ifgym.runner.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.simulators.base import UserSimulator
 
@@ -375,13 +375,7 @@ async def _rescore_all(
             episode = StoredEpisodes(source, [offsets[seed]])[0]
             recorder.record(await _rescore_one(make_env, episode, key))
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(recorder.todo)))]
-    try:
-        await asyncio.gather(*tasks)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    await gather_or_cancel(worker() for _ in range(min(concurrency, len(recorder.todo))))
 
 
 async def _rescore_one(make_env: Callable[[], Any], episode: Episode, key: str) -> Episode | FailedEpisode:

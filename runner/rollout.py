@@ -47,7 +47,7 @@ from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunS
 from ifgym.files import not_a_folder
 from ifgym.llm.conversation import Call, Steps, arun_steps, count_episode_usage, run_steps
 from ifgym.runner.async_wrappers import async_reset, async_step
-from ifgym.runner.loop import run_async
+from ifgym.runner.loop import gather_or_cancel, run_async
 
 T = TypeVar("T")
 
@@ -893,13 +893,9 @@ async def arun(
             seed = queue.get_nowait()
             recorder.record(await play(make_env, make_policy, seed, run_key=run_key, episode_timeout=episode_timeout))
 
-    tasks = [asyncio.create_task(worker()) for _ in range(min(concurrency, len(recorder.todo)))]
-    try:
-        await asyncio.gather(*tasks)
+    try:  # a stop (or an interrupt) cancels the episodes in flight
+        await gather_or_cancel(worker() for _ in range(min(concurrency, len(recorder.todo))))
     finally:
-        for task in tasks:  # a stop (or an interrupt) cancels the episodes in flight
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         recorder.close()
     return recorder.result()
 

@@ -1,4 +1,4 @@
-"""The young-generation threshold a run's loop holds while it runs, and gives back after."""
+"""The run's loop: the young-generation threshold it holds while it runs, and how it ends its tasks together."""
 
 from __future__ import annotations
 
@@ -68,3 +68,27 @@ def test_overlapping_blocks_in_threads_put_back_the_setting_from_before_the_firs
         t.join(10)
     assert seen["after the first left"] == (YOUNG_GC_THRESHOLD, 10, 10)
     assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_gather_or_cancel_ends_the_others_when_one_fails():
+    from ifgym.runner.loop import gather_or_cancel
+
+    ended = []
+
+    async def waits():
+        try:
+            await asyncio.sleep(60)
+        finally:
+            ended.append("waiting one")
+
+    async def fails():
+        await asyncio.sleep(0)
+        raise ValueError("stop")
+
+    async def main():
+        with pytest.raises(ValueError, match="stop"):
+            await gather_or_cancel([waits(), fails()])
+        return ended
+
+    assert run_async(main()) == ["waiting one"]  # ended before the gather raised, not left running
+    assert run_async(gather_or_cancel(threshold_inside() for _ in range(2))) == [(YOUNG_GC_THRESHOLD, 10, 10)] * 2
