@@ -21,10 +21,11 @@ holding `ifgym` -> that checkout).
 
 Every row runs on the loop `ifgym.runner.loop.run_async` starts (uvloop where installed; printed).
 
-Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient, a bare
-aiohttp post of the same request, and, where `openai` is installed (the verifiers extra brings it), the
-openai SDK over httpx2 that the client used before: what the client adds to its transport, and what the
-transport saved; with uvloop installed, `LLMClient.achat` on uvloop's and asyncio's loop, alternated 3 times.
+Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient (over
+`ifgym.llm.wire`), a bare aiohttp post of the same request (the transport before wire; the dev extra
+installs aiohttp), and, where `openai` is installed, the openai SDK over httpx2 (the client before that):
+what the client adds to its transport, and what each transport change saved; with uvloop installed,
+`LLMClient.achat` on uvloop's and asyncio's loop, alternated 3 times.
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,

@@ -13,12 +13,13 @@ and token counter. Only this package talks to models. Import what a user calls f
   `resolve_client` (a client as given, or one built from a config and `announce`d once: which model
   plays the role, `model_place`), and `check_servers` (each server asked once, before a run, whether
   it answers and serves the model);
-- `http`: the OpenAI-compatible backend over aiohttp: requests, retries, errors that name the fix;
+- `http`: the OpenAI-compatible backend: requests, retries, errors that name the fix;
+- `wire`: its HTTP/1.1 transport (kept-alive connections, answers parsed by httptools, proxies, TLS);
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
 
-Heavy libraries load lazily: `import ifgym.llm` imports neither `aiohttp` nor `llama_cpp`; the
-first HTTP call imports `aiohttp`, the first embedded call imports `llama_cpp`.
+Heavy libraries load lazily: `import ifgym.llm` imports neither `httptools` nor `llama_cpp`; the
+first HTTP call imports `httptools`, the first embedded call imports `llama_cpp`.
 """
 
 from ifgym.llm.cache import CallCache

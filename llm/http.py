@@ -1,17 +1,18 @@
-"""The HTTP backend: an OpenAI-compatible chat API over aiohttp.
+"""The HTTP backend: an OpenAI-compatible chat API over `ifgym.llm.wire`.
 
 A call is posted as JSON over a kept-alive connection (as many as the client's concurrency), its body
 written and its answer read with orjson (json where orjson refuses what json reads: `json_body`,
-`_json`). The transport is aiohttp because a call's CPU is most of a fast run's: against a local server
-at concurrency 64 the openai SDK over httpx2 took five to six times the CPU of a
-bare aiohttp post (request building, response models, a connection pool walked twice per request;
-`python benchmarks/runner.py --only transport`). Retries follow the openai client's rules, done with
-`tenacity` from the first failure on: connection errors and 408/409/429/5xx (or whatever
-`x-should-retry` says) are sent again after `retry-after-ms` / `retry-after` (up to 60 s) or an
-exponential backoff (0.5 s doubling to 8 s, up to 25% jitter), at most `max_retries` times; every retry
-is counted in the usage. Unlike the openai client, a timed-out request is not sent again: the server
-is most likely still generating the abandoned answer, and a copy would queue behind it (see
-`retryable`). A sync call runs the same async path on the backend's own event loop in a daemon thread.
+`_json`). The transport is `wire`'s (HTTP/1.1 on asyncio's transports, parsed by httptools) because a
+call's CPU is most of a fast run's: against a local server at concurrency 64 a bare aiohttp post took
+four times its CPU, and the openai SDK over httpx2 five to six times aiohttp's (request and response
+objects, a connection pool walked twice per request; `python benchmarks/runner.py --only transport`).
+Retries follow the openai client's rules, done with `tenacity` from the first failure on: connection
+errors and 408/409/429/5xx (or whatever `x-should-retry` says) are sent again after `retry-after-ms` /
+`retry-after` (up to 60 s) or an exponential backoff (0.5 s doubling to 8 s, up to 25% jitter), at most
+`max_retries` times; every retry is counted in the usage. Unlike the openai client, a timed-out request
+is not sent again: the server is most likely still generating the abandoned answer, and a copy would
+queue behind it (see `retryable`). A sync call runs the same async path on the backend's own event loop
+in a daemon thread.
 
 Each failure becomes a named BackendError (its `status` the HTTP status, if any) that says what to
 fix, naming the setting by its full key (`policy.llm.timeout`) when the client knows it: RateLimitError
@@ -22,7 +23,7 @@ BadRequestError (400/413/422) and ContextLengthError (the messages vLLM, llama.c
 and Ollama send for a conversation longer than the context window), an HTML page from a proxy
 (HTMLReplyError), a body that is not JSON (NonJSONReplyError), no choices (NoChoicesError), content
 null (NullContentError). `HTTPBackend.check` asks the server once, before a run, whether it answers
-and serves the model. `aiohttp` is imported on the first call, never at import time.
+and serves the model. `httptools` is imported on the first call, never at import time.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from ifgym.errors import (
     UnreachableError,
     did_you_mean,
 )
+from ifgym.llm import wire
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
 from ifgym.llm.conversation import Message, Usage, read_top_logprobs
 
@@ -168,16 +170,12 @@ def retryable(exc: BaseException) -> bool:
     go on generating an abandoned answer), so a retry queues behind it and times out too; against a
     one-slot server every retry waits out a whole `timeout` (4 retries of 60 s: 5 minutes lost).
     """
-    import aiohttp
-
     if isinstance(exc, StatusError):
         should = exc.headers.get("x-should-retry")
         if should in ("true", "false"):
             return should == "true"
         return exc.status in (408, 409, 429) or exc.status >= 500
-    if isinstance(exc, TimeoutError):  # aiohttp's ServerTimeoutError is a ClientConnectionError too
-        return False
-    return isinstance(exc, (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError))
+    return isinstance(exc, (wire.CannotConnect, wire.ClosedBeforeAnswer, wire.DroppedMidAnswer))
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -210,25 +208,25 @@ def backoff(exc: BaseException, failed: int) -> float:
 
 
 class Connections:
-    """One event loop's aiohttp session for a backend: made on the first call, closed when the loop shuts down."""
+    """One event loop's connection pool for a backend: made on the first call, closed when the loop shuts down."""
 
     def __init__(self) -> None:
-        self.session: Any = None
+        self.pool: wire.Pool | None = None
         self._closer: Any = None  # an async generator the loop closes at shutdown (asyncio.run does)
 
-    async def open(self, make: Callable[[], Any]) -> Any:
-        if self.session is None:
-            self.session = make()
-            self._closer = _close_at_shutdown(self.session)
+    async def open(self, make: Callable[[], wire.Pool]) -> wire.Pool:
+        if self.pool is None:
+            self.pool = make()
+            self._closer = _close_at_shutdown(self.pool)
             await self._closer.__anext__()
-        return self.session
+        return self.pool
 
 
 def _stop_loop_thread(pid: int, loop: asyncio.AbstractEventLoop, thread: threading.Thread, conns: Connections) -> None:
     if pid != os.getpid() or loop.is_closed():  # a forked child does not own its parent's thread
         return
-    if conns.session is not None:
-        asyncio.run_coroutine_threadsafe(conns.session.close(), loop).result(timeout=10)
+    if conns.pool is not None:
+        asyncio.run_coroutine_threadsafe(conns.pool.close(), loop).result(timeout=10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(timeout=10)
     if not thread.is_alive():
@@ -236,25 +234,23 @@ def _stop_loop_thread(pid: int, loop: asyncio.AbstractEventLoop, thread: threadi
 
 
 async def _request(
-    session: Any, method: str, url: str, body: bytes | None = None, timeout: Any = None
+    pool: wire.Pool, method: str, url: str, body: bytes | None = None, timeout: float | None = None
 ) -> tuple[bytes, str]:
     """One HTTP attempt: the body and content type of a 2xx answer; any other status raises StatusError.
 
-    `timeout` (an aiohttp.ClientTimeout) replaces the session's for this attempt.
+    `timeout` (seconds) replaces the pool's for this attempt.
     """
-    extra = {"timeout": timeout} if timeout is not None else {}
-    async with session.request(method, url, data=body, **extra) as resp:
-        content = await resp.read()
-        if resp.status >= 400:
-            raise StatusError(resp.status, resp.headers, content)
-        return content, resp.headers.get("content-type", "")
+    status, headers, content = await pool.request(method, url, body, timeout)
+    if status >= 300:  # no redirect is followed: a 3xx is an answer to report, with its Location
+        raise StatusError(status, headers, content)
+    return content, headers.get("content-type", "")
 
 
-async def _close_at_shutdown(session: Any) -> Any:
+async def _close_at_shutdown(pool: wire.Pool) -> Any:
     try:
         yield
     finally:
-        await session.close()
+        await pool.close()
 
 
 def json_body(payload: Mapping[str, Any]) -> bytes:
@@ -276,7 +272,7 @@ class HTTPBackend:
     `tally` applies a usage update for the client that owns this backend (retries, and the tokens
     of a reply whose content is null). `config_key` is where the settings were given (e.g.
     `policy.llm` in `ifgym eval`): messages name `policy.llm.timeout`, not just `timeout`. An
-    aiohttp session belongs to one event loop, so the owner asks `connections()` for one per loop;
+    connection pool belongs to one event loop, so the owner asks `connections()` for one per loop;
     sync calls run on the backend's own loop thread.
     """
 
@@ -295,11 +291,11 @@ class HTTPBackend:
         return f"`{self.config_key}.{name}`" if self.config_key else f"`{name}`"
 
     def connections(self) -> Connections:
-        """A new per-loop holder of this backend's connections (the session opens on the first call)."""
+        """A new per-loop holder of this backend's connections (the pool opens on the first call)."""
         return Connections()
 
     def close(self) -> None:
-        """Close the sync calls' connections and stop their loop thread (async sessions close with their loop)."""
+        """Close the sync calls' connections and stop their loop thread (async pools close with their loop)."""
         with self._thread_lock:
             stop, self._stop, self._thread = self._stop, None, None
         if stop is not None:
@@ -321,17 +317,14 @@ class HTTPBackend:
                 self._stop = weakref.finalize(self, _stop_loop_thread, os.getpid(), loop, thread, conns)
             return self._thread[1], self._thread[2]
 
-    def _session(self) -> Any:
-        import aiohttp
-
+    def _pool(self) -> wire.Pool:
         auth = self._basic or f"Bearer {api_key(self.config)}"
-        return aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=self.config.concurrency),
-            timeout=aiohttp.ClientTimeout(total=self.config.timeout),
+        return wire.Pool(
+            self._url,
             headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
-            # model APIs set no cookies to send back: the default jar's filtering took 0.3 ms a request
-            cookie_jar=aiohttp.DummyCookieJar(),
-            proxy=env_proxy(self._url),  # looked up once: aiohttp's trust_env would do it per request, in a thread
+            limit=self.config.concurrency,
+            timeout=self.config.timeout,
+            proxy=env_proxy(self._url),  # looked up once per pool, not per request
         )
 
     def _body(self, msgs: list[Message], params: Mapping[str, Any]) -> bytes:
@@ -368,16 +361,15 @@ class HTTPBackend:
 
     async def _post(self, conns: Connections, path: str, body: bytes) -> tuple[bytes, str, int]:
         """POST `body` to `path` under base_url: (content, content type, retries), every failure a named error."""
-        session = conns.session or await conns.open(self._session)
+        pool = conns.pool or await conns.open(self._pool)
         try:  # most calls succeed at once: the retries' bookkeeping (tenacity: 0.3 ms a call) starts at a failure
-            content, content_type = await _request(session, "POST", self._url + path, body)
+            content, content_type = await _request(pool, "POST", self._url + path, body)
         except Exception as exc:
-            return await self._after_failure(session, path, body, exc)
+            return await self._after_failure(pool, path, body, exc)
         return content, content_type, 0
 
-    async def _after_failure(self, session: Any, path: str, body: bytes, first: Exception) -> tuple[bytes, str, int]:
+    async def _after_failure(self, pool: wire.Pool, path: str, body: bytes, first: Exception) -> tuple[bytes, str, int]:
         """`_post` once its first attempt raised `first`: the retries it allows, and the named error if none answers."""
-        import aiohttp
         import tenacity
 
         attempts = 1
@@ -385,7 +377,7 @@ class HTTPBackend:
         async def attempt() -> tuple[bytes, str]:
             nonlocal attempts
             attempts += 1
-            return await _request(session, "POST", self._url + path, body)
+            return await _request(pool, "POST", self._url + path, body)
 
         try:
             if not (self.config.max_retries and retryable(first)):
@@ -399,19 +391,19 @@ class HTTPBackend:
             )(attempt)
         except StatusError as exc:
             if exc.status == 404:
-                raise self._not_found(exc, await self._list_models(session)) from None
+                raise self._not_found(exc, await self._list_models(pool)) from None
             raise self._status_error(exc) from None
         except TimeoutError as exc:
             retried = f"after {attempts - 1} retries"
             raise self._timed_out(f"did not answer within {self.config.timeout}s ({retried})") from exc
-        except aiohttp.ClientPayloadError as exc:
+        except wire.DroppedMidAnswer as exc:
             raise ConnectionDroppedError(
                 f"the model server at {self._url} dropped the connection in the middle of its answer "
                 f"({type(exc).__name__}: {exc}; after {attempts - 1} retries); check the server log"
             ) from exc
-        except aiohttp.ClientConnectionError as exc:
+        except (wire.CannotConnect, wire.ClosedBeforeAnswer) as exc:
             raise self._unreachable(exc, f"after {attempts - 1} retries") from exc
-        except aiohttp.ClientError as exc:
+        except wire.WireError as exc:
             raise BackendError(f"call to {self._url} failed: {type(exc).__name__}: {exc}") from exc
         finally:
             retries = max(attempts - 1, 0)
@@ -433,25 +425,23 @@ class HTTPBackend:
         left unset (the embedded model's name, the default) is taken from a server that lists exactly one.
         A server without /models is allowed, with a note, once its chat route answers.
         """
-        import aiohttp
-
-        session = await conns.open(self._session)
-        timeout = aiohttp.ClientTimeout(total=min(CHECK_TIMEOUT, self.config.timeout))
+        pool = await conns.open(self._pool)
+        timeout = min(CHECK_TIMEOUT, self.config.timeout)
         url, model = self._url, self.config.model
         try:
-            content, _ = await _request(session, "GET", url + MODELS_PATH, timeout=timeout)
+            content, _ = await _request(pool, "GET", url + MODELS_PATH, timeout=timeout)
         except StatusError as exc:
             if exc.status in (401, 403):
                 raise self._auth_error(exc.status) from None
             if exc.status == 404:
-                return model, await self._check_chat_route(session, timeout)
+                return model, await self._check_chat_route(pool, timeout)
             why = f"HTTP {exc.status}: {exc.detail()}"
             return model, f"{url} did not list its models ({why}); model {model!r} unchecked"
         except TimeoutError:
-            raise self._timed_out(f"did not list its models (GET {MODELS_PATH}) within {timeout.total}s") from None
-        except aiohttp.ClientConnectionError as exc:
+            raise self._timed_out(f"did not list its models (GET {MODELS_PATH}) within {timeout}s") from None
+        except (wire.CannotConnect, wire.ClosedBeforeAnswer) as exc:
             raise self._unreachable(exc, "checked before the run") from None
-        except aiohttp.ClientError as exc:
+        except wire.WireError as exc:
             return model, f"{url} did not list its models ({type(exc).__name__}: {exc}); model {model!r} unchecked"
         try:
             listed = json.loads(content)["data"]
@@ -460,7 +450,7 @@ class HTTPBackend:
             return model, f"{url}{MODELS_PATH} is not a model list ({type(exc).__name__}); model {model!r} unchecked"
         model, note = self._model_from(served)
         if any(isinstance(m, dict) and m.get("owned_by") == "llamacpp" for m in listed):
-            slots = await self._slots_note(session, timeout)
+            slots = await self._slots_note(pool, timeout)
             note = "; ".join(n for n in (note, slots) if n) or None
         return model, note
 
@@ -486,18 +476,16 @@ class HTTPBackend:
             f"set {self.setting('model')} to one of them"
         )
 
-    async def _slots_note(self, session: Any, timeout: Any) -> str | None:
+    async def _slots_note(self, pool: wire.Pool, timeout: float) -> str | None:
         """A note when a llama.cpp server has fewer slots (its /props) than this client's concurrency, else None.
 
         Requests past its slots wait in the server's queue, and that wait counts against `timeout`.
         """
-        import aiohttp
-
         root = self._url.removesuffix("/v1")
         try:
-            content, _ = await _request(session, "GET", root + "/props", timeout=timeout)
+            content, _ = await _request(pool, "GET", root + "/props", timeout=timeout)
             slots = json.loads(content)["total_slots"]
-        except (aiohttp.ClientError, TimeoutError, StatusError, ValueError, KeyError, TypeError):
+        except (wire.WireError, TimeoutError, StatusError, ValueError, KeyError, TypeError):
             return None
         if not isinstance(slots, int) or slots >= self.config.concurrency:
             return None
@@ -508,15 +496,13 @@ class HTTPBackend:
             f"the server with --parallel {self.config.concurrency}"
         )
 
-    async def _check_chat_route(self, session: Any, timeout: Any) -> str:
+    async def _check_chat_route(self, pool: wire.Pool, timeout: float) -> str:
         """A note for a server whose /models answered 404, once its chat route answers; else a NotFoundError."""
-        import aiohttp
-
         url, model = self._url, self.config.model
         if not url.endswith("/v1"):  # the commonest mistake: the server's root instead of its API prefix
             try:
-                await _request(session, "GET", url + "/v1" + MODELS_PATH, timeout=timeout)
-            except (aiohttp.ClientError, TimeoutError, StatusError):
+                await _request(pool, "GET", url + "/v1" + MODELS_PATH, timeout=timeout)
+            except (wire.WireError, TimeoutError, StatusError):
                 pass
             else:
                 raise NotFoundError(
@@ -527,7 +513,7 @@ class HTTPBackend:
         # one token's request: 404 means no chat route here (or no such model); any other answer, a route
         probe = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
         try:
-            await _request(session, "POST", url + CHAT_PATH, json.dumps(probe).encode(), timeout=timeout)
+            await _request(pool, "POST", url + CHAT_PATH, json.dumps(probe).encode(), timeout=timeout)
         except StatusError as exc:
             if exc.status == 404:
                 raise NotFoundError(
@@ -536,7 +522,7 @@ class HTTPBackend:
                     f"check {self.setting('model')}",
                     status=404,
                 ) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (wire.WireError, TimeoutError) as exc:
             return f"{url} does not list its models (404) and its chat route did not answer ({type(exc).__name__})"
         return f"{url} does not list its models (GET {MODELS_PATH}: 404); model {model!r} not checked"
 
@@ -608,14 +594,12 @@ class HTTPBackend:
             "OpenAI-compatible API"
         )
 
-    async def _list_models(self, session: Any) -> list[str] | str:
+    async def _list_models(self, pool: wire.Pool) -> list[str] | str:
         """The ids the server lists at /models (one attempt), or why they could not be listed."""
-        import aiohttp
-
         try:
-            content, _ = await _request(session, "GET", self._url + MODELS_PATH)
+            content, _ = await _request(pool, "GET", self._url + MODELS_PATH)
             return sorted(str(m["id"]) for m in json.loads(content)["data"])
-        except (aiohttp.ClientError, TimeoutError, StatusError, ValueError, KeyError, TypeError) as exc:
+        except (wire.WireError, TimeoutError, StatusError, ValueError, KeyError, TypeError) as exc:
             return f"could not list models ({type(exc).__name__}: {exc})"
 
     def _not_found(self, exc: StatusError, served: list[str] | str) -> BackendError:
@@ -665,6 +649,13 @@ class HTTPBackend:
                 f"{url} answered HTTP {status}: the conversation is longer than the context window of model {model!r} "
                 f"({exc.detail()}); give the server a longer context (vLLM --max-model-len, llama.cpp -c, Ollama "
                 f"num_ctx), lower {self.setting('max_tokens')}, or shorten the history (policy=truncation)",
+                status=status,
+            )
+        if 300 <= status < 400:  # wire follows no redirect: one that moved the API is for the user to follow
+            where = exc.headers.get("location")
+            return BackendError(
+                f"{url} answered HTTP {status}, a redirect{f' to {where}' if where else ''} (not followed); set "
+                f"{self.setting('base_url')} to the address the API answers at",
                 status=status,
             )
         retried = f"retried up to {self.config.max_retries} times where the status allows"

@@ -20,7 +20,7 @@ HEAVY = (
     "sentence_transformers",
     "matplotlib",
     "openai",
-    "aiohttp",
+    "httptools",
     "trl",
     "transformers",
     "datasets",

@@ -432,7 +432,7 @@ def test_describe_lists_config_for_logging():
 
 
 def test_importing_llm_loads_no_heavy_backend():
-    heavy = ("llama_cpp", "aiohttp", "tenacity", "openai")
+    heavy = ("llama_cpp", "httptools", "tenacity", "openai")
     code = f"import sys, ifgym.llm; print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True

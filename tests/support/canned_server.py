@@ -52,6 +52,7 @@ import argparse
 import contextlib
 import json
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -83,6 +84,7 @@ class CannedServer:
         slots: int | None = None,
         embed: Callable[[str], Sequence[float]] | None = None,
         logprobs: Callable[[dict[str, Any]], list[tuple[str, float]]] | None = None,
+        tls: ssl.SSLContext | None = None,
     ):
         if isinstance(replies, str) or (not callable(replies) and not replies):
             raise ValueError("replies must be a non-empty list of strings or a function body -> str")
@@ -100,6 +102,7 @@ class CannedServer:
         self.embed = embed
         self.embedding_requests: list[dict[str, Any]] = []
         self.logprobs = logprobs
+        self.tls = tls  # serve https (base_url https://localhost:PORT/v1) with this server context
         self.gets: list[str] = []
         self.requests: list[dict[str, Any]] = []
         self.statuses: list[int] = []
@@ -121,12 +124,16 @@ class CannedServer:
         """The OpenAI base URL, e.g. http://127.0.0.1:PORT/v1."""
         if self._httpd is None:
             raise RuntimeError("CannedServer is not running; use it as a context manager")
+        if self.tls is not None:
+            return f"https://localhost:{self._httpd.server_address[1]}/v1"
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def __enter__(self) -> CannedServer:
         handler = type("Handler", (_Handler,), {"canned": self})
         self._httpd = _Server(("127.0.0.1", 0), handler)
         httpd = self._httpd
+        if self.tls is not None:  # the handshake runs in the handler's thread, not the accepting one
+            httpd.socket = self.tls.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
         threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self._timer = threading.Timer(self.ttl, self.stop)
         self._timer.daemon = True
