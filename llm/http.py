@@ -319,13 +319,19 @@ class HTTPBackend:
 
     def _pool(self) -> wire.Pool:
         auth = self._basic or f"Bearer {api_key(self.config)}"
-        return wire.Pool(
-            self._url,
-            headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
-            limit=self.config.concurrency,
-            timeout=self.config.timeout,
-            proxy=env_proxy(self._url),  # looked up once per pool, not per request
-        )
+        try:
+            return wire.Pool(
+                self._url,
+                headers={"Authorization": auth, "Content-Type": "application/json", **self.config.headers},
+                limit=self.config.concurrency,
+                timeout=self.config.timeout,
+                proxy=env_proxy(self._url),  # looked up once per pool, not per request
+            )
+        except ValueError as exc:  # a header HTTP cannot carry, or a proxy that is not http://
+            raise ConfigError(
+                f"cannot send requests to {self._url}: {exc}; check {self.setting('headers')} and the proxy "
+                "variables (HTTP_PROXY, HTTPS_PROXY, NO_PROXY)"
+            ) from None
 
     def _body(self, msgs: list[Message], params: Mapping[str, Any]) -> bytes:
         """The request's JSON: model, messages, generation settings and `extra` (checked not to clash)."""

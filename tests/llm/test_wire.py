@@ -15,7 +15,7 @@ import pytest
 from support.canned_server import CannedServer
 from support.tls import localhost_tls
 
-from ifgym.errors import BackendError, UnreachableError
+from ifgym.errors import BackendError, ConfigError, UnreachableError
 from ifgym.llm import make_client, wire
 
 HI = [{"role": "user", "content": "hello there"}]
@@ -297,6 +297,16 @@ def test_a_redirect_is_not_followed_and_its_target_is_named():
     assert "redirect to https://api.example.invalid/v1/chat/completions" in str(err) and "base_url" in str(err)
 
 
-def test_a_header_that_would_split_the_request_is_refused():
+def test_a_header_that_would_split_the_request_or_a_socks_proxy_is_a_config_error(monkeypatch):
     with pytest.raises(ValueError, match="line break"):
         wire.Pool("http://127.0.0.1:1/v1", headers={"X-Team": "a\r\nX-Injected: 1"}, limit=1, timeout=1.0)
+    settings = {"base_url": "http://127.0.0.1:1/v1", "model": "m", "api_key_env": None}
+    client = make_client(settings | {"headers": {"X-Team": "a\r\nX-Injected: 1"}}, config_key="policy.llm")
+    with pytest.raises(ConfigError, match=r"header 'X-Team' has a line break.*check `policy.llm.headers`"):
+        client.chat(HI)
+    for name in ("NO_PROXY", "no_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", "socks5://pat:s3cret@127.0.0.1:1080")
+    with pytest.raises(ConfigError, match="socks5://127.0.0.1 is not http://") as err:
+        make_client(settings).chat(HI)
+    assert "s3cret" not in str(err.value)
