@@ -193,6 +193,7 @@ class Pool:
             import ssl
 
             self._ssl = ssl.create_default_context()  # the system's CAs (SSL_CERT_FILE / SSL_CERT_DIR honoured)
+        self._heads: dict[tuple[str, str], bytes] = {}
         self._slots = asyncio.Semaphore(limit)
         self._idle: list[_Connection] = []
         self._open: set[_Connection] = set()
@@ -230,15 +231,18 @@ class Pool:
         await asyncio.sleep(0)  # the transports' connection_lost runs
 
     def _request_bytes(self, method: str, url: str, body: bytes | None) -> bytes:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        if (parts.scheme, parts.hostname, port) != self.origin:
-            raise ValueError(f"{url!r} is not on this pool's origin {self.origin}")
-        target = url if self._absolute_form else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = f"{method} {target} HTTP/1.1\r\nHost: {self._host}\r\n".encode()
+        head = self._heads.get((method, url))
+        if head is None:  # a pool posts to a handful of URLs: each one's request head is made once
+            parts = urllib.parse.urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            if (parts.scheme, parts.hostname, port) != self.origin:
+                raise ValueError(f"{url!r} is not on this pool's origin {self.origin}")
+            target = url if self._absolute_form else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            head = f"{method} {target} HTTP/1.1\r\nHost: {self._host}\r\n".encode() + self._headers
+            self._heads[method, url] = head
         if body is None:
-            return head + self._headers + b"\r\n"
-        return head + self._headers + b"Content-Length: %d\r\n\r\n" % len(body) + body
+            return head + b"\r\n"
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
