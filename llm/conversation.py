@@ -382,6 +382,9 @@ class twin:  # noqa: N801 - used as a decorator, like property
         awaited.__name__, awaited.__qualname__ = "a" + name, f"{owner.__qualname__}.a{name}"
         awaited.__doc__ = f"Async twin of `{name}` (the same steps, each call awaited)."
         blocking.__steps__ = awaited.__steps__ = steps  # type: ignore[attr-defined]
+        # the signature read once: gymnasium's env checker reads `reset`'s on every env `gym.make` checks, and
+        # inspect.signature would otherwise follow `__wrapped__` to the steps and parse them each time
+        blocking.__signature__ = awaited.__signature__ = inspect.signature(steps)  # type: ignore[attr-defined]
         setattr(owner, name, blocking)
         setattr(owner, "a" + name, awaited)
 

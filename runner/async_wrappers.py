@@ -33,30 +33,45 @@ from ifgym.errors import AsyncWrapperError
 _REPLAYED = (TimeLimit, OrderEnforcing, PassiveEnvChecker, gym.ObservationWrapper, gym.RewardWrapper, gym.Wrapper)
 
 
+# Both walk the chain down in a loop and replay the wrappers on the way back up: one coroutine a call, not one a layer.
+
+
 async def async_reset(env: gym.Env, *, seed: int | None = None, options: dict[str, Any] | None = None):
     """`env.reset(seed=seed, options=options)`, awaiting the base env's `areset`, every wrapper applied."""
-    if env is env.unwrapped:
-        return await _base_method(env, "areset")(seed=seed, options=options)
-    kind = _kind(env)
-    if kind is None:
-        return await env.areset(seed=seed, options=options)
-    result = await async_reset(env.env, seed=seed, options=options)
-    return _replay(env, result, "reset", seed=seed, options=options)
+    replayed = []
+    while env is not env.unwrapped:
+        if _kind(env) is None:
+            result = await env.areset(seed=seed, options=options)
+            break
+        replayed.append(env)
+        env = env.env
+    else:
+        result = await _base_method(env, "areset")(seed=seed, options=options)
+    for wrapper in reversed(replayed):
+        result = _replay(wrapper, result, "reset", seed=seed, options=options)
+    return result
 
 
 async def async_step(env: gym.Env, action: Any):
     """`env.step(action)`, awaiting the base env's `astep`, every wrapper applied."""
-    if env is env.unwrapped:
-        return await _base_method(env, "astep")(action)
-    kind = _kind(env)
-    if kind is None:
-        return await env.astep(action)
-    if kind is gym.ActionWrapper:
-        return await async_step(env.env, env.action(action))
-    if kind is OrderEnforcing and not env.has_reset:
-        raise ResetNeeded("Cannot call env.step() before calling env.reset()")
-    result = await async_step(env.env, action)
-    return _replay(env, result, "step", action)
+    replayed = []  # (wrapper, the action it was given)
+    while env is not env.unwrapped:
+        kind = _kind(env)
+        if kind is None:
+            result = await env.astep(action)
+            break
+        if kind is gym.ActionWrapper:
+            action, env = env.action(action), env.env
+            continue
+        if kind is OrderEnforcing and not env.has_reset:
+            raise ResetNeeded("Cannot call env.step() before calling env.reset()")
+        replayed.append((env, action))
+        env = env.env
+    else:
+        result = await _base_method(env, "astep")(action)
+    for wrapper, given in reversed(replayed):
+        result = _replay(wrapper, result, "step", given)
+    return result
 
 
 def _base_method(env: gym.Env, name: str) -> Any:

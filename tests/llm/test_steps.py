@@ -1,6 +1,7 @@
 """`twin`, `Call`, `steps_of` and `asking`: a step written once runs the same blocking and awaited."""
 
 import asyncio
+import inspect
 import threading
 
 import pytest
@@ -49,6 +50,17 @@ def test_twin_gives_a_blocking_and_an_awaited_method_with_the_same_result():
     assert echo.client.requests == [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
     assert Echo.ajudge.__name__ == "ajudge" and "Async twin of `judge`" in Echo.ajudge.__doc__
     assert Echo.judge.__doc__ == "Ask the model about `reply`."
+
+
+def test_twin_methods_have_the_signature_of_their_steps():
+    # what help() and gymnasium's env checker (it reads reset's seed and options) see
+    echo = Echo(CannedClient(["yes"]))
+    assert (
+        str(inspect.signature(echo.judge))
+        == str(inspect.signature(echo.ajudge))
+        == "(reply: str, *, upper: bool = False)"
+    )
+    assert list(inspect.signature(Echo.judge).parameters) == ["self", "reply", "upper"]
 
 
 def test_steps_compose_with_yield_from():

@@ -142,3 +142,20 @@ def test_a_runs_envs_carry_gymnasiums_checker_until_one_has_passed_its_checks():
     # a setting of the config's own is followed
     unchecked = build_env({**settings, "disable_env_checker": True}, {"kind": "rules"}, {})
     assert not checked(unchecked())
+
+
+@pytest.mark.parametrize("env_id", ["ifgym/EvolIF-v1", "ifgym/EvolIF", "ifgym.envs:ifgym/EvolIF-v1"])
+@pytest.mark.filterwarnings("ignore:.*Using the latest versioned environment")
+def test_a_runs_later_envs_are_made_as_its_first_was(env_id):
+    # after its first env the factory passes gym.make the registered spec, not the id (no registry search an env);
+    # an id only gym.make resolves (no version, or "module:id") is passed as it is
+    from ifgym.runner.build import build_env
+
+    make_run_env = build_env({"id": env_id, "max_turns": 3, "patience": None}, {"kind": "rules"}, {})
+    specs = [make_run_env().unwrapped.spec for _ in range(3)]
+    assert (
+        specs[0]
+        == specs[1]
+        == specs[2]
+        == gym.make("ifgym/EvolIF-v1", max_turns=3, patience=None, judge="rules").unwrapped.spec
+    )

@@ -321,6 +321,29 @@ def test_config_from_mapping_accepts_lists_and_refuses_unknown_keys():
         TrackerConfig.from_mapping({"p_swtich": 0.5})
 
 
+def test_config_from_the_same_mapping_again_is_an_equal_config_of_its_own():
+    # every env of a run builds its config from one mapping: the second is a copy of the first, not the first
+    mapping = {"groups": ["case", "length"], "change_weights": {"add": 2, "remove": 1}, "words": (10, 20)}
+    first, second = TrackerConfig.from_mapping(mapping), TrackerConfig.from_mapping(mapping)
+    assert first == second == TrackerConfig(**mapping) and first is not second
+    second.change_weights["add"] = 9.0  # one env's config changed by hand leaves the next env's alone
+    assert first.change_weights["add"] == 2.0 and TrackerConfig.from_mapping(mapping).change_weights["add"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "fragment"),
+    [
+        ({"words": (1, 5)}, {"words": (True, 5)}, "words"),  # a bool equals 1, yet is refused
+        ({"switch_after": 1}, {"switch_after": True}, "switch_after"),
+        ({"p_switch": 1}, {"p_switch": True}, "p_switch"),
+    ],
+)
+def test_config_from_mapping_refuses_a_value_equal_to_one_it_accepted(good, bad, fragment):
+    TrackerConfig.from_mapping(good)
+    with pytest.raises(ConfigError, match=fragment):
+        TrackerConfig.from_mapping(bad)
+
+
 def test_state_is_bounded_by_the_topic_bank_not_the_dialogue_length():
     # what a turn costs is measured by benchmarks/run.py (turns 10 / 100 / 1000); here: nothing grows per turn
     tracker = EvolIFTracker(TOPICS)
