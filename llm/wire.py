@@ -105,6 +105,9 @@ class _Connection(asyncio.Protocol):
         self.body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.parser.get_status_code() < 200:  # an interim answer (100 Continue, 103): the real one follows
+            self.headers, self.body, self.headers_done = {}, [], False
+            return
         if not self.parser.should_keep_alive():
             self.transport.close()
         self._finish()

@@ -75,7 +75,10 @@ def pool(port: int, **kwargs) -> wire.Pool:
 def test_answers_framed_by_length_chunks_or_the_close_are_read_whole():
     chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Seen: One\r\nx-seen: two\r\n\r\n"
     chunked += b'4\r\n{"a"\r\n3\r\n:1}\r\n0\r\n\r\n'
-    until_close = b'HTTP/1.1 201 Created\r\nConnection: close\r\n\r\n{"b":2}'
+    # an interim 103 first (servers may send one unasked), then the answer, ended by the close
+    until_close = (
+        b'HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 201 Created\r\nConnection: close\r\n\r\n{"b":2}'
+    )
 
     async def go():
         async with scripted([ok(b'{"x":1}'), chunked, until_close]) as (port, seen, connections):
