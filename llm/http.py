@@ -4,7 +4,7 @@ A call is posted as JSON over a kept-alive connection (as many as the client's c
 written and its answer read with orjson (json where orjson refuses what json reads: `json_body`,
 `_json`). The transport is `wire`'s (HTTP/1.1 on asyncio's transports, parsed by httptools) because a
 call's CPU is most of a fast run's: against a local server at concurrency 64 a bare aiohttp post took
-four times its CPU, and the openai SDK over httpx2 five to six times aiohttp's (request and response
+nearly three times its CPU, and the openai SDK over httpx2 five to six times aiohttp's (request and response
 objects, a connection pool walked twice per request; `python benchmarks/runner.py --only transport`).
 Retries follow the openai client's rules, done with `tenacity` from the first failure on: connection
 errors and 408/409/429/5xx (or whatever `x-should-retry` says) are sent again after `retry-after-ms` /
@@ -29,7 +29,6 @@ and serves the model. `httptools` is imported on the first call, never at import
 from __future__ import annotations
 
 import asyncio
-import base64
 import email.utils
 import json
 import os
@@ -101,16 +100,6 @@ def api_key(config: LLMConfig) -> str:
     return os.environ.get(config.api_key_env) or PLACEHOLDER_API_KEY
 
 
-def split_credentials(url: str) -> tuple[str, str | None]:
-    """The URL without `user:password@`, and those credentials as a basic-auth header value (None without)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url, None
-    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode()
-
-
 def env_proxy(url: str) -> str | None:
     """The proxy the environment names for `url` (HTTP_PROXY / HTTPS_PROXY, NO_PROXY honoured), as httpx reads it."""
     parts = urllib.parse.urlsplit(url)
@@ -175,7 +164,7 @@ def retryable(exc: BaseException) -> bool:
         if should in ("true", "false"):
             return should == "true"
         return exc.status in (408, 409, 429) or exc.status >= 500
-    return isinstance(exc, (wire.CannotConnect, wire.ClosedBeforeAnswer, wire.DroppedMidAnswer))
+    return isinstance(exc, (wire.Unreached, wire.DroppedMidAnswer))
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
@@ -271,7 +260,7 @@ class HTTPBackend:
 
     `tally` applies a usage update for the client that owns this backend (retries, and the tokens
     of a reply whose content is null). `config_key` is where the settings were given (e.g.
-    `policy.llm` in `ifgym eval`): messages name `policy.llm.timeout`, not just `timeout`. An
+    `policy.llm` in `ifgym eval`): messages name `policy.llm.timeout`, not just `timeout`. A
     connection pool belongs to one event loop, so the owner asks `connections()` for one per loop;
     sync calls run on the backend's own loop thread.
     """
@@ -281,7 +270,7 @@ class HTTPBackend:
         self.config_key = config_key
         self._tally = tally
         # credentials in the URL (user:password@host) are sent as basic auth, never shown in a message
-        self._url, self._basic = split_credentials(config.base_url.rstrip("/"))
+        self._url, self._basic = wire.split_credentials(config.base_url.rstrip("/"))
         self._thread: tuple[int, asyncio.AbstractEventLoop, Connections] | None = None
         self._thread_lock = threading.Lock()
         self._stop: weakref.finalize | None = None
@@ -407,7 +396,7 @@ class HTTPBackend:
                 f"the model server at {self._url} dropped the connection in the middle of its answer "
                 f"({type(exc).__name__}: {exc}; after {attempts - 1} retries); check the server log"
             ) from exc
-        except (wire.CannotConnect, wire.ClosedBeforeAnswer) as exc:
+        except wire.Unreached as exc:
             raise self._unreachable(exc, f"after {attempts - 1} retries") from exc
         except wire.WireError as exc:
             raise BackendError(f"call to {self._url} failed: {type(exc).__name__}: {exc}") from exc
@@ -445,7 +434,7 @@ class HTTPBackend:
             return model, f"{url} did not list its models ({why}); model {model!r} unchecked"
         except TimeoutError:
             raise self._timed_out(f"did not list its models (GET {MODELS_PATH}) within {timeout}s") from None
-        except (wire.CannotConnect, wire.ClosedBeforeAnswer) as exc:
+        except wire.Unreached as exc:
             raise self._unreachable(exc, "checked before the run") from None
         except wire.WireError as exc:
             return model, f"{url} did not list its models ({type(exc).__name__}: {exc}); model {model!r} unchecked"

@@ -2,8 +2,8 @@
 
 A model call is one small POST and one JSON answer over a connection to one server, so the client needs
 little of a general HTTP library, and at concurrency 64 its CPU per call was most of a turn's: aiohttp's
-request and response objects took 0.58-0.60 ms a call here against the canned server, this module
-0.13-0.15 ms, orjson included (`python benchmarks/runner.py --only transport`). Parsing is httptools'
+request and response objects took 0.55-0.60 ms a call here against the canned server, this module
+0.19-0.22 ms, orjson included (`python benchmarks/runner.py --only transport`). Parsing is httptools'
 (llhttp in C, the parser uvicorn uses); this module frames requests and keeps the connections.
 
 What it does: one origin per `Pool` (http or https, through the proxy the environment names: the
@@ -33,11 +33,15 @@ class WireError(Exception):
     """A request that got no usable answer."""
 
 
-class CannotConnect(WireError):
+class Unreached(WireError):
+    """No byte of an answer came back: the server was not reached, or closed the connection before answering."""
+
+
+class CannotConnect(Unreached):
     """No connection: refused, unknown host, a failed TLS handshake, or a proxy that refused the tunnel."""
 
 
-class ClosedBeforeAnswer(WireError):
+class ClosedBeforeAnswer(Unreached):
     """The server closed the connection before the first byte of its answer."""
 
 
@@ -178,11 +182,10 @@ class Pool:
             raise ValueError(f"{base_url!r} is not an http:// or https:// URL with a host")
         self._parser_type = httptools.HttpResponseParser
         self._parse_errors = (httptools.HttpParserError,)
-        self.origin = (parts.scheme, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+        self.origin = (parts.scheme, parts.hostname, _port(parts))
         self.timeout = timeout
-        default_port = parts.port is None or parts.port == (443 if parts.scheme == "https" else 80)
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-        self._host = host if default_port else f"{host}:{parts.port}"
+        self._host = host if parts.port in (None, DEFAULT_PORTS[parts.scheme]) else f"{host}:{parts.port}"
         own = {"host", "content-length", "user-agent", "accept", "connection", "transfer-encoding"}
         fixed = {"User-Agent": f"ifgym/{__version__}", "Accept": "application/json"}
         fixed.update((k, v) for k, v in headers.items() if k.lower() not in own)
@@ -229,6 +232,7 @@ class Pool:
 
     async def close(self) -> None:
         """Close every connection of the pool."""
+        self._idle.clear()
         for conn in list(self._open):
             self._drop(conn)
         await asyncio.sleep(0)  # the transports' connection_lost runs
@@ -237,8 +241,7 @@ class Pool:
         head = self._heads.get((method, url))
         if head is None:  # a pool posts to a handful of URLs: each one's request head is made once
             parts = urllib.parse.urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-            if (parts.scheme, parts.hostname, port) != self.origin:
+            if (parts.scheme, parts.hostname, _port(parts)) != self.origin:
                 raise ValueError(f"{url!r} is not on this pool's origin {self.origin}")
             target = url if self._absolute_form else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             head = f"{method} {target} HTTP/1.1\r\nHost: {self._host}\r\n".encode() + self._headers
@@ -272,23 +275,36 @@ class Pool:
         self._open.add(conn)
         return conn
 
-    def _drop(self, conn: _Connection) -> None:
+    def _drop(self, conn: _Connection) -> None:  # a connection in use, or one `close` took out of the idle ones
         self._open.discard(conn)
-        if conn in self._idle:
-            self._idle.remove(conn)
         conn.transport.abort()
+
+
+def split_credentials(url: str) -> tuple[str, str | None]:
+    """The URL without `user:password@`, and those credentials as a basic-auth header value (None without)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    pair = f"{urllib.parse.unquote(parts.username or '')}:{urllib.parse.unquote(parts.password or '')}"
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), "Basic " + base64.b64encode(pair.encode()).decode()
 
 
 def _proxy_address(proxy: str) -> tuple[str, int, str | None]:
     """Host, port and Proxy-Authorization value (None without credentials) of an http:// proxy URL."""
-    parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    bare, auth = split_credentials(proxy if "://" in proxy else f"http://{proxy}")
+    parts = urllib.parse.urlsplit(bare)
     if parts.scheme != "http" or not parts.hostname:
         raise ValueError(f"the proxy {parts.scheme}://{parts.hostname} is not http:// (the only kind supported)")
-    auth = None
-    if parts.username is not None:
-        pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
-        auth = "Basic " + base64.b64encode(pair.encode()).decode()
-    return parts.hostname, parts.port or 80, auth
+    return parts.hostname, _port(parts), auth
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _port(parts: urllib.parse.SplitResult) -> int | None:
+    """The URL's port, or its scheme's."""
+    return parts.port or DEFAULT_PORTS.get(parts.scheme)
 
 
 def _header_line(name: str, value: str) -> bytes:

@@ -15,6 +15,7 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -204,8 +205,7 @@ class TrackerConfig:
             if len(_CONFIGS) >= 64:
                 _CONFIGS.clear()
             hit = _CONFIGS[key] = cls(**dict(data))
-        config = object.__new__(cls)
-        config.__dict__.update(hit.__dict__)
+        config = copy.copy(hit)
         config.change_weights = dict(hit.change_weights)
         return config
 
