@@ -21,6 +21,9 @@ holding `ifgym` -> that checkout).
 
 Every row runs on the loop `ifgym.runner.loop.run_async` starts (uvloop where installed; printed).
 
+Pause: the CPU of the same 4-turn EvolIF episode (env only) after a pause of 0, 2 or 10 ms, slept or spun,
+the pauses shuffled: what the memory going cold between turns costs on this machine.
+
 Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient (over
 `ifgym.llm.wire`), a bare aiohttp post of the same request (the transport before wire; the dev extra
 installs aiohttp), and, where `openai` is installed, the openai SDK over httpx2 (the client before that):
@@ -29,7 +32,7 @@ what the client adds to its transport, and what each transport change saved; wit
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
-bootstrap intervals, chart data), for each N in `--sizes`. `--only throughput|transport|memory` runs one part.
+bootstrap intervals, chart data), for each N in `--sizes`. `--only throughput|pause|transport|memory` runs one part.
 """
 
 from __future__ import annotations
@@ -258,7 +261,9 @@ def main():
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
     parser.add_argument("--no-ray", action="store_true")
-    parser.add_argument("--only", choices=("throughput", "transport", "memory"), help="run one part of the benchmark")
+    parser.add_argument(
+        "--only", choices=("throughput", "pause", "transport", "memory"), help="run one part of the benchmark"
+    )
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of ifgym eval at 64")
     parser.add_argument(
         "--baseline",
@@ -268,6 +273,8 @@ def main():
     args = parser.parse_args()
     if args.only in (None, "throughput"):
         print_throughput(args)
+    if args.only in (None, "pause"):
+        print_pause()
     if args.only in (None, "transport"):
         print_transport(args.latency)
     if args.only in (None, "memory"):
@@ -422,6 +429,49 @@ def profile_cli(args, concurrency=64, rounds=16):
             f"(cProfile slows it; ratio {row['ratio']:.2f}, load {os.getloadavg()[0]:.2f}); top 30 by own time:"
         )
         pstats.Stats(path).sort_stats("tottime").print_stats(30)
+
+
+PAUSES_MS = (0, 2, 10)
+
+
+def print_pause(episodes_per_pause=300):
+    """The CPU of one 4-turn EvolIF episode (env only, hot: the same env, a fixed reply) after a pause.
+
+    Episodes after a pause of each length, shuffled (seeded) so a drift of the machine spreads over all,
+    the pause slept or spun (a busy loop that touches almost no memory). What a pause costs the next turn
+    is what a driver at concurrency 64 pays between waves of answers: its turns run after the loop idled.
+    """
+    import random
+    import statistics
+
+    env = gym.make("ifgym/EvolIF-v1", max_turns=4, patience=None)
+
+    def episode(seed):
+        env.reset(seed=seed)
+        for _ in range(4):
+            _, _, terminated, truncated, _ = env.step(REPLY)
+            if terminated or truncated:
+                return
+
+    for seed in range(300):  # warm: imports, patterns, caches
+        episode(seed)
+    print(f"\nCPU of one 4-turn EvolIF episode (env only) after a pause, ms a turn; load {os.getloadavg()[0]:.2f}")
+    for how in ("slept", "spun"):
+        pauses = [ms / 1000 for ms in PAUSES_MS] * episodes_per_pause
+        random.Random(0).shuffle(pauses)
+        cpu: dict[float, list[float]] = {p: [] for p in set(pauses)}
+        for i, pause in enumerate(pauses):
+            if how == "slept":
+                time.sleep(pause)
+            else:
+                end = time.perf_counter() + pause
+                while time.perf_counter() < end:
+                    pass
+            start = time.thread_time()
+            episode(i % 256)
+            cpu[pause].append(time.thread_time() - start)
+        cells = "  ".join(f"{1000 * p:g} ms: {1000 * statistics.median(cpu[p]) / 4:.3f}" for p in sorted(cpu))
+        print(f"  pause {how}: median {cells}")
 
 
 def print_memory(sizes):

@@ -121,6 +121,7 @@ class _Worker:
 
     async def play(self, seeds: Sequence[int]) -> Any:
         limit = asyncio.Semaphore(self.concurrency)
+        spare: list[Any] = []  # envs of finished episodes, each reset for a next one (at most `concurrency`)
 
         async def one(seed: int) -> Record:
             async with limit:
@@ -130,6 +131,7 @@ class _Worker:
                     seed,
                     run_key=self.run_key,
                     episode_timeout=self.episode_timeout,
+                    spare_envs=spare,
                 )
 
         for done in asyncio.as_completed([one(s) for s in seeds]):

@@ -649,14 +649,18 @@ async def play(
     *,
     run_key: str = "run",
     episode_timeout: float | None = None,
+    spare_envs: list[gym.Env] | None = None,
 ) -> Record:
     """One seed's episode, or its FailedEpisode when anything in it raises (or it passes `episode_timeout` s).
 
     The record's `meta["usage"]` holds the calls, tokens and retries of every model client the
-    episode used, by role (its policy's, user's and judge's).
+    episode used, by role (its policy's, user's and judge's). `spare_envs`: envs whose episodes
+    finished; the episode takes one (its reset starts the dialogue anew, as gymnasium's envs are made to
+    be used) rather than making an env, and gives its env back when it finishes. A failed episode's env
+    is dropped. A new env per episode cost 0.045-0.057 ms a turn of a 4-turn EvolIF episode here (hot).
     """
     with count_episode_usage() as usage:
-        record = await _play(make_env, make_policy, seed, episode_timeout)
+        record = await _play(make_env, make_policy, seed, episode_timeout, spare_envs)
     record.episode_id = f"{run_key}-seed{seed}"
     record.meta["run_key"] = run_key
     record.meta["usage"] = {role: u.to_json() for role, u in usage.items()}
@@ -664,11 +668,15 @@ async def play(
 
 
 async def _play(
-    make_env: Callable[[], gym.Env], make_policy: Callable[[], Any], seed: int, episode_timeout: float | None
+    make_env: Callable[[], gym.Env],
+    make_policy: Callable[[], Any],
+    seed: int,
+    episode_timeout: float | None,
+    spare_envs: list[gym.Env] | None,
 ) -> Record:
     env = policy = None
     try:
-        env = make_env()
+        env = spare_envs.pop() if spare_envs else make_env()
         policy = make_policy()
         if episode_timeout is None:
             record: Record = await arollout(env, policy, seed=seed)
@@ -688,6 +696,8 @@ async def _play(
         record = FailedEpisode.from_exception(exc, env=env, policy=policy, seed=seed)
     else:  # the run's file names each episode's task (`ifgym.core.tasks.task_of` reads it back)
         record.meta.setdefault("task", env.unwrapped.task.name)
+        if spare_envs is not None:
+            spare_envs.append(env)
     return record
 
 
@@ -889,9 +899,13 @@ async def arun(
         queue.put_nowait(s)
 
     async def worker() -> None:
+        spare: list[gym.Env] = []  # the env of the worker's last finished episode plays its next
         while not queue.empty():
             seed = queue.get_nowait()
-            recorder.record(await play(make_env, make_policy, seed, run_key=run_key, episode_timeout=episode_timeout))
+            record = await play(
+                make_env, make_policy, seed, run_key=run_key, episode_timeout=episode_timeout, spare_envs=spare
+            )
+            recorder.record(record)
 
     try:  # a stop (or an interrupt) cancels the episodes in flight
         await gather_or_cancel(worker() for _ in range(min(concurrency, len(recorder.todo))))

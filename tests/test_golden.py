@@ -45,6 +45,13 @@ def test_async_rollout_matches_the_fixture(case):
     _same(got, {k: v for k, v in want.items() if k != "steps"}, case.name + " (async)")
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_an_env_reset_for_each_seed_plays_as_fresh_ones(case):
+    want = _fixture(case)
+    got = play(case, "reused")
+    _same(got, {k: v for k, v in want.items() if k != "steps"}, case.name + " (one env reset for each seed)")
+
+
 def test_every_env_id_and_every_wrapper_has_a_golden_case():
     assert {c.env_id for c in CASES} == set(ifgym.ENV_IDS)
     wrappers = {c.policy for c in CASES if c.policy not in ("stand_in", "agent")}

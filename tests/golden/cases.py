@@ -10,9 +10,11 @@
 - `requests`: every request each model server received (the prompts ifgym sent, in order), by role.
 
 `mode="sync"` drives the env through `rollout` behind a recording wrapper; `mode="async"` through
-`arollout` on a fresh env (its steps are not recorded: `arollout` drives the env it is given, so the
-episodes, summary and requests are compared). Models are `doubles.server_model` behind real HTTP
-servers on 127.0.0.1 (`support.canned_server.CannedServer`), reached through ifgym's own client.
+`arollout` on a fresh env for each seed (its steps are not recorded: `arollout` drives the env it is given,
+so the episodes, summary and requests are compared); `mode="reused"` as "async", on one env that first
+plays another seed's episode (what a runner's worker does: reset starts an env's next episode anew).
+Models are `doubles.server_model` behind real HTTP servers on 127.0.0.1
+(`support.canned_server.CannedServer`), reached through ifgym's own client.
 
 Normalisation excludes exactly what is not deterministic, and nothing else: wall times (keys in
 `TIME_KEYS`), the absolute path of this checkout (replaced by `<repo>`), and the servers' ports
@@ -254,8 +256,15 @@ def play(case: Case, mode: str = "sync") -> dict[str, Any]:
     with ExitStack() as stack:
         servers = {role: stack.enter_context(CannedServer(server_model)) for role in _roles(case)}
         episodes, steps, summarize = [], [], None
-        for seed in case.seeds:
+        env = None
+        if mode == "reused":  # one env for every seed, as a runner's worker plays its episodes: after one of its own
             env = _make_env(case, servers)
+            asyncio.run(arollout(env, _policy(case, servers), seed=max(case.seeds) + 1))
+            for server in servers.values():
+                server.requests.clear()
+        for seed in case.seeds:
+            if mode != "reused":
+                env = _make_env(case, servers)
             summarize = env.unwrapped.summarize
             policy = _policy(case, servers)
             if mode == "sync":

@@ -80,6 +80,41 @@ def test_resume_skips_finished_episodes_and_repairs_a_cut_line(tmp_path):
     assert len(lines) == 4 and all(json.loads(line)["meta"]["run_key"] == "k" for line in lines)
 
 
+def test_a_worker_resets_the_env_of_its_finished_episode_and_drops_a_failed_ones():
+    made = []
+
+    def make_counted_env():
+        made.append(make_env())
+        return made[-1]
+
+    class FailsOnSeed2(ScriptedPolicy):
+        def reset(self):
+            super().reset()
+            self.turn = 0
+
+        def act(self, messages):
+            self.turn += 1
+            if self.turn == 2 and "seed 2" in self.label:
+                raise ValueError("the policy broke on seed 2")
+            return super().act(messages)
+
+    policies = iter(FailsOnSeed2(["A reply."]) for _ in range(5))
+    labels = iter(f"seed {s}" for s in range(5))
+
+    def make_policy():
+        policy = next(policies)
+        policy.label = next(labels)
+        return policy
+
+    result = run(make_counted_env, make_policy, range(5), concurrency=1, progress=False)
+    assert [e.seed for e in result.episodes] == [0, 1, 3, 4] and [f.seed for f in result.failed] == [2]
+    # seeds 0, 1, 2 on the first env; seed 2 failed mid-episode, so seeds 3 and 4 play on a new one
+    assert len(made) == 2
+    # what an env played before does not show in an episode: the same seeds on fresh envs give the same turns
+    fresh = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0, 1, 3, 4], concurrency=4, progress=False)
+    assert [e.to_json()["turns"] for e in result.episodes] == [e.to_json()["turns"] for e in fresh.episodes]
+
+
 def test_resume_refuses_another_configuration(tmp_path):
     out = tmp_path / "episodes.jsonl"
     run(make_env, lambda: ScriptedPolicy(["a"]), [0], output=out, run_key="one", progress=False)
