@@ -381,14 +381,18 @@ class WrapperPolicy(Policy):
         }
 
 
+# (index into a cost's per-role counts, role, the totals' key): the keys made once, not per turn
+_PER_ROLE_KEYS = tuple(
+    (i, role, f"{role}_{kind}")
+    for role in ROLES
+    for i, kind in enumerate(("calls", "prompt_tokens", "completion_tokens"))
+)
+
+
 def _add_cost(totals: dict[str, int], cost: TurnCost) -> None:
-    for role in ROLES:
-        for kind, values in (
-            ("calls", cost.calls),
-            ("prompt_tokens", cost.prompt_tokens),
-            ("completion_tokens", cost.completion_tokens),
-        ):
-            totals[f"{role}_{kind}"] = totals.get(f"{role}_{kind}", 0) + values[role]
+    per_role = (cost.calls, cost.prompt_tokens, cost.completion_tokens)
+    for i, role, key in _PER_ROLE_KEYS:
+        totals[key] = totals.get(key, 0) + per_role[i][role]
     for key, value in (
         ("context_tokens", cost.context_tokens),
         ("rewrite_tokens", cost.rewrite_tokens),
