@@ -216,26 +216,11 @@ class _EnvChecks:
         self.passed = False
         # the checkers of the last envs made with one (a few: the envs of finished episodes are kept until one passes)
         self._checkers: deque[Any] = deque(maxlen=ENVS_WATCHED)
-        # each id's registered EnvSpec once an env of it was made: gym.make of an id looks it up among every
-        # registered env at each call (about 20 us of an env's 120)
-        self._specs: dict[str, Any] = {}
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return _EnvChecks, ()
 
     def make(self, env_id: str, kwargs: dict[str, Any]) -> Any:
-        import gymnasium as gym
-
-        spec = self._specs.get(env_id)
-        env = self._make(env_id if spec is None else spec, kwargs)
-        if spec is None:  # made once from the id (an unknown id fails as gym.make says it)
-            try:
-                self._specs[env_id] = gym.spec(env_id)
-            except gym.error.Error:  # an id only gym.make resolves ("module:Name", no version): made from the id
-                self._specs[env_id] = env_id
-        return env
-
-    def _make(self, env_id: Any, kwargs: dict[str, Any]) -> Any:
         import gymnasium as gym
         from gymnasium.wrappers import PassiveEnvChecker
 

@@ -15,7 +15,6 @@ only on the rng. Each step is O(live constraints), independent of the dialogue's
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -187,43 +186,12 @@ class TrackerConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> TrackerConfig:
-        """Build from a plain mapping (e.g. a Hydra node); unknown keys get a did-you-mean error.
-
-        Every env of a run builds its config from the same mapping: a mapping validated before gives a fresh
-        copy of that config (its own `change_weights`) without checking every field again.
-        """
+        """Build from a plain mapping (e.g. a Hydra node); unknown keys get a did-you-mean error."""
         names = _field_names(cls)
         for key in data:
             if key not in names:
                 raise UnknownNameError("TrackerConfig field", key, names)
-        try:
-            key = (cls, _typed_key(data))
-            hit = _CONFIGS.get(key)
-        except TypeError:  # a value that cannot be hashed: validate it every time
-            return cls(**dict(data))
-        if hit is None:
-            if len(_CONFIGS) >= 64:
-                _CONFIGS.clear()
-            hit = _CONFIGS[key] = cls(**dict(data))
-        config = copy.copy(hit)
-        config.change_weights = dict(hit.change_weights)
-        return config
-
-
-def _typed_key(value: Any) -> Any:
-    """A hashable stand-in for a config value that keeps types apart (1, 1.0 and True validate differently)."""
-    kind = type(value)
-    if kind is tuple or kind is list:
-        if all(type(v) is str for v in value):  # groups, length units: the common case, in one pass
-            return (kind, tuple(value))
-        return (kind, tuple(_typed_key(v) for v in value))
-    if kind is dict or isinstance(value, Mapping):
-        return (kind, tuple((k, _typed_key(v)) for k, v in value.items()))
-    return (kind, value)
-
-
-# Validated configs by (class, typed mapping), for `TrackerConfig.from_mapping`: read only, handed out as copies
-_CONFIGS: dict[Any, TrackerConfig] = {}
+        return cls(**dict(data))
 
 
 @functools.cache
