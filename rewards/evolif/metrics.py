@@ -203,8 +203,21 @@ def _group_counts(episode: Episode, loose: bool) -> GroupCounts:
                 continue
             known[constraint.group] = known.get(constraint.group, 0) + 1
             yes[constraint.group] = yes.get(constraint.group, 0) + (verdict.label == "yes")
-    # tuples of interned names: a run keeps one of these per episode
-    return tuple((sys.intern(g), yes[g], known[g]) for g in known)
+    # a run keeps one of these per episode: each (group, yes, known) is shared with the episodes that have it
+    return tuple(_shared((g, yes[g], known[g])) for g in known)
+
+
+_SHARED_COUNTS: dict[tuple[str, int, int], tuple[str, int, int]] = {}
+_SHARED_LIMIT = 1 << 16  # the distinct triples of a run are few (groups x turns x turns); past this, kept unshared
+
+
+def _shared(counts: tuple[str, int, int]) -> tuple[str, int, int]:
+    kept = _SHARED_COUNTS.get(counts)
+    if kept is not None:
+        return kept
+    if len(_SHARED_COUNTS) < _SHARED_LIMIT:
+        counts = _SHARED_COUNTS[counts] = (sys.intern(counts[0]), counts[1], counts[2])
+    return counts
 
 
 def _pass_rates(counts: Iterable[GroupCounts]) -> dict[str, float]:

@@ -110,6 +110,19 @@ def test_the_summary_tally_keeps_rows_not_episodes_and_gives_the_same_numbers(tm
     assert env.task.summarize_rows(tally.strict)["episodes"] == 4.0
 
 
+def test_the_rows_of_episodes_with_the_same_group_counts_share_them(tmp_path):
+    # each EvolIF row keeps (group, yes, known) per group: the same triple is one object however many rows hold it
+    out = tmp_path / "e.jsonl"
+    result = run(make_env, lambda: ScriptedPolicy(["A reply."]), range(12), output=out, progress=False)
+    env = make_env().unwrapped
+    tally = RunTally.of(result.episodes, env.task, loose=False)
+    triples = [t for row in tally.strict for t in row.groups]
+    assert len(triples) > len(set(triples))  # twelve 3-turn episodes repeat triples
+    assert len({id(t) for t in triples}) == len(set(triples))
+    # the numbers are those of the episodes themselves (the test above); sharing changes none of them
+    assert env.task.summarize_rows(tally.strict) == env.summarize(read_episodes(out))
+
+
 def test_a_line_changed_under_a_stored_episode_is_named(tmp_path):
     out = tmp_path / "e.jsonl"
     result = run(make_env, lambda: ScriptedPolicy(["A reply."]), [0, 1], output=out, progress=False)
