@@ -22,10 +22,11 @@ HI = [{"role": "user", "content": "hello there"}]
 
 
 @contextlib.asynccontextmanager
-async def scripted(*answers_per_connection: list[bytes | None]):
+async def scripted(*answers_per_connection: list[bytes | None], hold: float = 0.05):
     """A server whose n-th connection answers its requests with the n-th list of raw answers, in order.
 
-    None in a list closes the connection instead of answering. Yields (port, requests seen, connections).
+    None in a list closes the connection instead of answering; after its answers a connection is closed
+    `hold` seconds later, or once the client closes it. Yields (port, requests seen, connections).
     """
     seen: list[bytes] = []
     connections = [0]
@@ -49,8 +50,9 @@ async def scripted(*answers_per_connection: list[bytes | None]):
                     break
                 writer.write(answer)
                 await writer.drain()
-            await asyncio.sleep(0.05)
-        except (asyncio.IncompleteReadError, ConnectionError):
+            else:
+                await asyncio.wait_for(reader.read(), hold)  # b"" once the client closes
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         writer.close()
 
@@ -129,8 +131,8 @@ def test_a_kept_alive_connection_the_server_closed_is_replaced_without_a_failure
 
 
 def test_each_way_a_server_fails_is_its_own_error():
-    async def failure(*answers: list[bytes | None]) -> Exception:
-        async with scripted(*answers) as (port, _, _):
+    async def failure(*answers: list[bytes | None], hold: float = 0.05) -> Exception:
+        async with scripted(*answers, hold=hold) as (port, _, _):
             p = pool(port, timeout=1.0)
             try:
                 await p.request("POST", f"http://127.0.0.1:{port}/v1/chat/completions", b"{}")
@@ -144,14 +146,16 @@ def test_each_way_a_server_fails_is_its_own_error():
         closed = await failure([None])
         dropped = await failure([b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"partial'])
         not_http = await failure([b"SSH-2.0-OpenSSH_9.6\r\n\r\n"])
-        silent = await failure([b"HTTP/1.1 200 OK\r\nContent-Len"])  # then nothing, within the timeout
-        return closed, dropped, not_http, silent
+        cut = await failure([b"HTTP/1.1 200 OK\r\nContent-Len"])  # closed 0.05 s later, inside the head
+        silent = await failure([b"HTTP/1.1 200 OK\r\nContent-Len"], hold=5.0)  # then nothing, past the 1 s timeout
+        return closed, dropped, not_http, cut, silent
 
-    closed, dropped, not_http, silent = asyncio.run(go())
+    closed, dropped, not_http, cut, silent = asyncio.run(go())
     assert isinstance(closed, wire.ClosedBeforeAnswer)
     assert isinstance(dropped, wire.DroppedMidAnswer)
     assert isinstance(not_http, wire.NotHTTP) and "SSH-2.0" in str(not_http)
-    assert isinstance(silent, (TimeoutError, wire.DroppedMidAnswer))  # the script closes 0.05 s after writing
+    assert isinstance(cut, wire.DroppedMidAnswer)
+    assert isinstance(silent, TimeoutError)
     with socket_free_port() as port:
         with pytest.raises(wire.CannotConnect, match="ConnectionRefusedError"):
             asyncio.run(pool(port).request("GET", f"http://127.0.0.1:{port}/v1/models"))
