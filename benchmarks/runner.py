@@ -21,7 +21,7 @@ excluded). `--profile` adds a cProfile of `ifgym eval` at concurrency 64: where 
 `--baseline PYTHONPATH` runs another checkout's `ifgym eval` at 64 beside this one's (a folder
 holding `ifgym` -> that checkout).
 
-Every row runs on the loop `ifgym.runner.loop.run_async` starts (uvloop where installed; printed).
+Every row runs on the loop `ifgym.llm.loop.run_async` starts (uvloop where installed; printed).
 
 Pause: the CPU of the same 4-turn EvolIF episode (env only) after a pause of 0, 2 or 10 ms, slept or spun,
 the pauses shuffled: what the memory going cold between turns costs on this machine.
@@ -58,8 +58,8 @@ from support.canned_server import server_in_child  # noqa: E402
 
 import ifgym  # noqa: E402, F401
 from ifgym.llm import CannedClient, LLMConfig, make_client  # noqa: E402
+from ifgym.llm.loop import event_loop_name, loop_factory, run_async  # noqa: E402
 from ifgym.policies import ChatPolicy  # noqa: E402
-from ifgym.runner.loop import event_loop_name, loop_factory, run_async  # noqa: E402
 from ifgym.runner.rollout import run  # noqa: E402
 
 REPLY = "A short reply about it."

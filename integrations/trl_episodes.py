@@ -50,6 +50,7 @@ from typing import Any
 
 from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError
+from ifgym.llm.loop import run_async
 
 __all__ = [
     "CREDITS",
@@ -125,7 +126,7 @@ def _run(coroutines: list[Any]) -> list[Any]:
     async def together() -> list[Any]:
         return list(await asyncio.gather(*coroutines))
 
-    return asyncio.run(together())
+    return run_async(together())
 
 
 def play_episodes(

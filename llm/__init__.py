@@ -16,7 +16,9 @@ and token counter. Only this package talks to models. Import what a user calls f
 - `http`: the OpenAI-compatible backend: requests, retries, errors that name the fix;
 - `wire`: its HTTP/1.1 transport (kept-alive connections, answers parsed by httptools, proxies, TLS);
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
-- `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located).
+- `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located);
+- `loop`: the event loop every blocking entry point that awaits model calls runs on (`run_async`:
+  uvloop's where installed, the young generation collected less often while it runs).
 
 Heavy libraries load lazily: `import ifgym.llm` imports neither `httptools` nor `llama_cpp`; the
 first HTTP call imports `httptools`, the first embedded call imports `llama_cpp`.

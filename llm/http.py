@@ -65,6 +65,7 @@ from ifgym.errors import (
 from ifgym.llm import wire
 from ifgym.llm.config import PLACEHOLDER_API_KEY, LLMConfig
 from ifgym.llm.conversation import Message, Usage, read_top_logprobs
+from ifgym.llm.loop import loop_factory
 
 # Where chat completions and embeddings are posted, and the served models listed, relative to base_url.
 CHAT_PATH = "/chat/completions"
@@ -298,7 +299,7 @@ class HTTPBackend:
     def _loop_thread(self) -> tuple[asyncio.AbstractEventLoop, Connections]:
         with self._thread_lock:  # several threads may make the first call at once
             if self._thread is None or self._thread[0] != os.getpid():  # a forked child starts its own
-                loop, conns = asyncio.new_event_loop(), Connections()
+                loop, conns = (loop_factory() or asyncio.new_event_loop)(), Connections()
                 thread = threading.Thread(target=loop.run_forever, name="ifgym-http", daemon=True)
                 thread.start()
                 self._thread = (os.getpid(), loop, conns)

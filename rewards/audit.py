@@ -57,6 +57,7 @@ from typing import Any
 from ifgym.core import ChecklistItem, TurnSpec
 from ifgym.core.constraints import Constraint
 from ifgym.errors import DataFormatError, UnknownNameError
+from ifgym.llm.loop import run_async
 from ifgym.rewards.checks import check
 
 __all__ = [
@@ -789,7 +790,7 @@ def audit(
     gold_set = gold if gold is not None else load_gold()
     results: dict[str, Any] = {}
     for suite in suites:
-        results[suite] = asyncio.run(
+        results[suite] = run_async(
             _run_suite(
                 suite,
                 client,

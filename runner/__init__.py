@@ -4,8 +4,8 @@
 `rollout`/`arollout` play one episode through the env's wrappers (`async_wrappers`), `run`/`arun` many
 (failed episodes recorded, resume, one concurrency knob) into an episodes file, whose readers are in
 `rollout` too (`read_episodes`, `iter_records`, `StoredEpisodes`, `usage_totals`); `ray_executor` plays
-them on Ray workers, `shards` combines a sharded run's files; `loop` starts their event loop (uvloop's
-where installed).
+them on Ray workers, `shards` combines a sharded run's files; each starts its event loop with
+`ifgym.llm.loop.run_async` (uvloop's where installed).
 
 One run, from `ifgym eval` to `summary.json`: `cli` composes the config and calls `evaluate.evaluate`,
 which makes the run key and folder (`records`), claims the episodes file, builds the env, the policy

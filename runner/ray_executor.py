@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.errors import ConfigError
-from ifgym.runner.loop import gather_or_cancel, run_async
+from ifgym.llm.loop import gather_or_cancel, run_async
 from ifgym.runner.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again

@@ -375,7 +375,7 @@ class RunRecord:
         hydra: Mapping[str, Any] | None = None,
         name: str = RECORD_FILE,
     ):
-        from ifgym.runner.loop import event_loop_name
+        from ifgym.llm.loop import event_loop_name
         from ifgym.version import __version__
 
         self.path = Path(folder) / name

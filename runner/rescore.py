@@ -31,9 +31,9 @@ from ifgym.core import Episode, UserTurn, Verdict
 from ifgym.core.tasks import task_of
 from ifgym.errors import ConfigError
 from ifgym.llm.conversation import count_episode_usage
+from ifgym.llm.loop import gather_or_cancel, run_async
 from ifgym.rewards.rubric import Ending, Grade, Rubric
 from ifgym.rewards.scorer import Scores
-from ifgym.runner.loop import gather_or_cancel, run_async
 from ifgym.runner.rollout import FailedEpisode, Recorder, RunResult, StoredEpisodes, latest_lines
 from ifgym.simulators.base import UserSimulator
 

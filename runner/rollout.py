@@ -46,8 +46,8 @@ from ifgym.core.turns import json_line
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm.conversation import Call, Steps, arun_steps, count_episode_usage, run_steps
+from ifgym.llm.loop import gather_or_cancel, run_async
 from ifgym.runner.async_wrappers import async_reset, async_step
-from ifgym.runner.loop import gather_or_cancel, run_async
 
 T = TypeVar("T")
 

@@ -7,6 +7,8 @@ replies as token ids), so masks, groups, endings and rewards are known by hand; 
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import math
 import os
@@ -29,6 +31,7 @@ from ifgym.integrations.trl_episodes import (
     turn_advantages,
     user_suffix_ids,
 )
+from ifgym.llm.loop import YOUNG_GC_THRESHOLD, event_loop_name
 from ifgym.rewards.trl import EpisodeReturn
 
 
@@ -104,6 +107,26 @@ def test_user_turns_are_masked_and_the_tokens_are_the_dialogue(tokenizer):
     assert generate.seen[1] == [
         played[i].prompt_ids + played[i].completion_ids[: played[i].spans[1][0]] for i in (0, 2, 3)
     ]
+
+
+def test_the_envs_reset_and_step_on_the_loop_runs_use(tokenizer):
+    # the loop of `ifgym.llm.loop.run_async`: uvloop's where installed, the young generation collected less often
+    seen = []
+
+    class Seen(gym.RewardWrapper):
+        def reward(self, reward):
+            seen.append((type(asyncio.get_running_loop()).__module__.split(".")[0], gc.get_threshold()[0]))
+            return reward
+
+    played = play_episodes(
+        [Seen(evolif())], [5], Scripted(tokenizer, SCRIPT_SEED_5), tokenizer, max_tokens=512, reply_tokens=16
+    )
+    assert len(played[0].episode.turns) == len(seen) == 2
+    assert {loop for loop, _ in seen} == {event_loop_name()}
+    assert min(threshold for _, threshold in seen) >= YOUNG_GC_THRESHOLD
+
+
+SCRIPT_SEED_5 = [["I love songwriting"], ["Here is a"]]  # SCRIPT's replies to seed 5: both turns pass
 
 
 def test_a_group_is_one_seed_and_patience_ends_an_episode_inside_the_rollout(tokenizer):

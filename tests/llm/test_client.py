@@ -17,7 +17,8 @@ import pytest
 from support.canned_server import CannedServer
 
 from ifgym.errors import BackendError, ConfigError, DataFormatError
-from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages
+from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages, wire
+from ifgym.llm.loop import event_loop_name
 
 HI = [{"role": "user", "content": "hello there"}]
 
@@ -190,6 +191,23 @@ def test_retry_after_is_read_in_seconds_milliseconds_or_as_a_date():
     assert retry_after({"retry-after": "120"}) is None  # past 60 s: the client's own backoff instead
     assert retry_after({"retry-after": "0"}) is None and retry_after({"retry-after": "soon"}) is None
     assert retry_after({}) is None
+
+
+def test_sync_calls_run_on_the_loop_runs_use(monkeypatch):
+    # the client's loop thread starts the loop of `ifgym.llm.loop` (uvloop's where installed)
+    seen = []
+    request = wire.Pool.request
+
+    async def recorded(self, *args, **kwargs):
+        seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        return await request(self, *args, **kwargs)
+
+    monkeypatch.setattr(wire.Pool, "request", recorded)
+    with CannedServer(replies=["one"]) as srv:
+        client = http_client(srv)
+        assert client.chat(HI).text == "one"
+        client.close()
+    assert seen == [event_loop_name()]
 
 
 def test_sync_calls_count_in_the_callers_episode_and_survive_close():

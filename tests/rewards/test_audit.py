@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import re
 
@@ -12,6 +14,7 @@ from support.canned_server import CannedServer
 from ifgym.cli import main
 from ifgym.errors import UnknownNameError
 from ifgym.llm import CannedClient
+from ifgym.llm.loop import YOUNG_GC_THRESHOLD, event_loop_name
 from ifgym.rewards.audit import FLOOR, audit, cached_audit, format_report, load_gold, probes
 
 # A gold set small enough to work the numbers out by hand.
@@ -55,6 +58,20 @@ def test_audit_numbers_on_a_judge_with_known_mistakes():
     assert r["calls"] == 4
     assert report["passed"] == {"evolif": False}
     assert report["failures"]["evolif"] == ["accuracy 0.600 < 0.75"]
+
+
+def test_the_audit_awaits_its_judge_on_the_loop_runs_use():
+    # the loop of `ifgym.llm.loop.run_async`: uvloop's where installed, the young generation collected less often
+    seen = []
+
+    def judge(messages):
+        seen.append((type(asyncio.get_running_loop()).__module__.split(".")[0], gc.get_threshold()[0]))
+        return tiny_judge(messages)
+
+    audit(CannedClient(judge, role="judge", model="tiny"), suites=["evolif"], gold=TINY)
+    assert len(seen) == 4
+    assert {loop for loop, _ in seen} == {event_loop_name()}
+    assert min(threshold for _, threshold in seen) >= YOUNG_GC_THRESHOLD
 
 
 def test_a_perfect_judge_scores_perfectly_on_every_suite_and_mode():

@@ -19,8 +19,8 @@ import pytest
 
 import ifgym  # noqa: F401
 from ifgym.core.turns import json_line
+from ifgym.llm.loop import event_loop_name
 from ifgym.policies import ScriptedPolicy
-from ifgym.runner.loop import event_loop_name
 from ifgym.runner.records import RunRecord
 from ifgym.runner.rollout import read_episodes, run
 

@@ -1,10 +1,11 @@
-"""The runner's event loop: uvloop's where it is installed, else asyncio's own.
+"""The event loop of ifgym's blocking entry points: uvloop's where it is installed, else asyncio's own.
 
 uvloop (the optional extra `uvloop`, which `make` installs; it does not build on Windows) runs the same
 coroutines on libuv: a model call costs a little less CPU on it, a whole turn no measurable difference
 (`benchmarks/runner.py --only transport`). Every
-blocking entry point of the runner (`run`, `run_ray`, `ifgym rescore`) starts its loop with `run_async`,
-and `run.json` records which loop a run used (`event_loop_name`).
+blocking entry point that awaits model calls (the runner's `run`, `run_ray` and `ifgym rescore`, the judge
+audit, the TRL episodes of `integrations`) starts its loop with `run_async`, and `run.json` records which
+loop a run used (`event_loop_name`). It lives beside the model client so that every room can use it.
 
 While a loop of `run_async` runs, the young generation of the garbage collector is collected after
 20,000 new objects instead of 700: a turn allocates thousands that die within it (requests, answers,

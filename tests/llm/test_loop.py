@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ifgym.runner.loop import YOUNG_GC_THRESHOLD, run_async, young_gc_threshold
+from ifgym.llm.loop import YOUNG_GC_THRESHOLD, run_async, young_gc_threshold
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ def test_overlapping_blocks_in_threads_put_back_the_setting_from_before_the_firs
 
 
 def test_gather_or_cancel_ends_the_others_when_one_fails():
-    from ifgym.runner.loop import gather_or_cancel
+    from ifgym.llm.loop import gather_or_cancel
 
     ended = []
 
