@@ -49,7 +49,6 @@ is NaN, never a made-up 0 or 1 (REC's per-dialogue 1.0 is said above).
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -212,12 +211,11 @@ _SHARED_LIMIT = 1 << 16  # the distinct triples of a run are few (groups x turns
 
 
 def _shared(counts: tuple[str, int, int]) -> tuple[str, int, int]:
+    # a group's name is its constraint type's attribute: one string already, shared with the triple
     kept = _SHARED_COUNTS.get(counts)
-    if kept is not None:
-        return kept
-    if len(_SHARED_COUNTS) < _SHARED_LIMIT:
-        counts = _SHARED_COUNTS[counts] = (sys.intern(counts[0]), counts[1], counts[2])
-    return counts
+    if kept is None and len(_SHARED_COUNTS) < _SHARED_LIMIT:
+        kept = _SHARED_COUNTS[counts] = counts
+    return counts if kept is None else kept
 
 
 def _pass_rates(counts: Iterable[GroupCounts]) -> dict[str, float]:

@@ -7,8 +7,6 @@ replies as token ids), so masks, groups, endings and rewards are known by hand; 
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 import math
 import os
@@ -16,6 +14,7 @@ import sys
 
 import gymnasium as gym
 import pytest
+from support.loops import running_loop
 from support.wandb_reader import history, offline_runs
 
 import ifgym  # noqa: F401  (registers the env ids)
@@ -115,7 +114,7 @@ def test_the_envs_reset_and_step_on_the_loop_runs_use(tokenizer):
 
     class Seen(gym.RewardWrapper):
         def reward(self, reward):
-            seen.append((type(asyncio.get_running_loop()).__module__.split(".")[0], gc.get_threshold()[0]))
+            seen.append(running_loop())
             return reward
 
     played = play_episodes(

@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 from support.canned_server import CannedServer
+from support.loops import running_loop
 
 from ifgym.errors import BackendError, ConfigError, DataFormatError
 from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages, wire
@@ -199,7 +200,7 @@ def test_sync_calls_run_on_the_loop_runs_use(monkeypatch):
     request = wire.Pool.request
 
     async def recorded(self, *args, **kwargs):
-        seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        seen.append(running_loop()[0])
         return await request(self, *args, **kwargs)
 
     monkeypatch.setattr(wire.Pool, "request", recorded)

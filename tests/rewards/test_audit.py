@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
 import re
 
 import pytest
 from support.canned_judges import gold_or, oracle, yes_sayer
 from support.canned_server import CannedServer
+from support.loops import running_loop
 
 from ifgym.cli import main
 from ifgym.errors import UnknownNameError
@@ -65,7 +64,7 @@ def test_the_audit_awaits_its_judge_on_the_loop_runs_use():
     seen = []
 
     def judge(messages):
-        seen.append((type(asyncio.get_running_loop()).__module__.split(".")[0], gc.get_threshold()[0]))
+        seen.append(running_loop())
         return tiny_judge(messages)
 
     audit(CannedClient(judge, role="judge", model="tiny"), suites=["evolif"], gold=TINY)
