@@ -29,7 +29,7 @@ from typing import Any
 import emoji
 import numpy as np
 
-from ifgym.core.constraints import ConstraintType, count_keyword, params_error, register
+from ifgym.core.constraints import ConstraintType, count_keyword, may_contain, params_error, register
 from ifgym.core.cues import Cue, letter_cue, mark_cue, number_cue, text_cue, word_start_cue
 from ifgym.core.sampling import SampleContext, choice, pick_keywords, randint, tokens
 from ifgym.core.verdicts import Verdict
@@ -389,7 +389,7 @@ class _KeywordEdgeType(_EdgeType):
         """Match the keyword at the edge, skipping non-word characters."""
         want = params["keyword"]
         text = reply.strip()
-        ok = cls._pattern(want).search(text) is not None
+        ok = may_contain(text, want) and cls._pattern(want).search(text) is not None
         words = re.findall(r"\w+", text[-200:] if cls.last else text[:200])
         edge_word = (words[-1] if cls.last else words[0]) if words else None
         seen = f"{cls._edge()} word is {edge_word!r}" if edge_word else "the reply has no words"

@@ -354,8 +354,23 @@ def keyword_pattern(keyword: str) -> re.Pattern[str]:
     return re.compile(head + re.escape(keyword) + tail, re.IGNORECASE)
 
 
+def may_contain(text: str, keyword: str) -> bool:
+    """False only where `keyword` cannot match in `text` (see `keyword_pattern`): both ASCII, a word of it absent.
+
+    Checked before a keyword's pattern is used, so that a pattern is compiled only for text it may match
+    (case-insensitive, about 0.15 ms each; a run meets a thousand keywords, most of them never in the text).
+    In ASCII, matching any case is comparing lower case; elsewhere case folding has exceptions ("ſ" is an "s").
+    """
+    if not (text.isascii() and keyword.isascii()):
+        return True
+    lowered = text.lower()
+    return all(word in lowered for word in keyword.lower().split())
+
+
 def count_keyword(text: str, keyword: str) -> int:
     """Non-overlapping occurrences of `keyword` in `text` (see `keyword_pattern`)."""
+    if not may_contain(text, keyword):
+        return 0
     return len(keyword_pattern(keyword).findall(text))  # one item per match, counted in C
 
 
@@ -409,7 +424,7 @@ def _keywords_of(constraint: Constraint) -> tuple[str, ...]:
 def _required_word_forbidden(required: Constraint, forbidden: Constraint) -> bool:
     # Every occurrence of the required keyword would contain a forbidden word.
     words = forbidden.params["words"]
-    return any(keyword_pattern(word).search(keyword) for keyword in _keywords_of(required) for word in words)
+    return any(count_keyword(keyword, word) for keyword in _keywords_of(required) for word in words)
 
 
 _WORD_RUN = re.compile(r"\w+")

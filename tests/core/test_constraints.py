@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ from ifgym.core.constraints import (
     constraint_type,
     count_keyword,
     ids_in_group,
+    keyword_pattern,
+    may_contain,
     register,
 )
 from ifgym.errors import ActionError, ConstraintParamsError, JudgeRequiredError, UnknownNameError
@@ -501,6 +504,52 @@ def test_count_keyword() -> None:
     assert count_keyword("C++ and c++ but not C", "C++") == 2  # keyword ending in a symbol
     assert count_keyword("e-mail, E-Mail, email", "e-mail") == 2  # hyphenated single word
     assert count_keyword("", "tea") == 0
+    assert count_keyword("\u017ftar, STAR", "star") == 2  # case folding beyond ASCII: the long s is an s
+    assert count_keyword("\u212ait", "kit") == 1  # and the Kelvin sign a k
+
+
+def test_a_keyword_that_cannot_be_in_the_text_compiles_no_pattern() -> None:
+    # a pattern costs about 0.15 ms to compile; a run meets a thousand keywords, most never in the reply
+    assert not may_contain("A short reply about it.", "zebra crossing")
+    assert not may_contain("A short reply about it.", "short story")  # every word must be there
+    assert may_contain("A SHORT reply, story after story.", "short story")  # words apart, any case: maybe
+    assert may_contain("caf\u00e9 au lait", "zebra")  # beyond ASCII, no cheap answer
+    keyword_pattern.cache_clear()
+    assert count_keyword("A short reply about it.", "zebra") == 0
+    assert count_keyword("A short reply about it.", "shortest") == 0
+    assert keyword_pattern.cache_info().currsize == 0
+    assert count_keyword("Shortest paths, shortest.", "shortest") == 2
+    assert keyword_pattern.cache_info().currsize == 1
+
+
+def test_counting_without_a_pattern_agrees_with_the_pattern() -> None:
+    # ASCII texts and keywords drawn from a few letters, so that most of them meet in some case
+    rng = random.Random(7)
+    pieces = ["ab", "AB", "Ab", "ba", "a", "b", "_", " ", "  ", "\n", "-", "+", ".", "c"]
+    keywords = ["ab", "AB", "ba", "a b", "ab ba", "a-b", "c+", "_a", "b.", "abc"]
+    met = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        keyword = rng.choice(keywords)
+        want = len(keyword_pattern(keyword).findall(text))
+        met += want > 0
+        assert count_keyword(text, keyword) == want, (text, keyword)
+    assert met > 150  # the keywords did meet the texts, in many ways
+
+
+@pytest.mark.parametrize("cid", ["start_with.keyword", "end_with.keyword"])
+def test_an_edge_keyword_checked_without_a_pattern_agrees_with_the_pattern(cid: str) -> None:
+    kind = constraint_type(cid)
+    rng = random.Random(11)
+    pieces = ["tea", "TEA", "Tea", "te", "a", " ", "\n", "_", "-", "!", "*", '"', "cup"]
+    met = 0
+    for _ in range(2000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 8)))
+        keyword = rng.choice(["tea", "Tea cup", "te", "cup"])
+        want = kind._pattern(keyword).search(text.strip()) is not None
+        met += want
+        assert (kind.check(text, {"keyword": keyword}).label == "yes") == want, (text, keyword)
+    assert met > 100  # the keyword was at the edge in some
 
 
 # ---------------------------------------------------------------------------------------------
