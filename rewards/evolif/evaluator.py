@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ifgym.core import Constraint, Verdict
+from ifgym.core.constraints import may_contain
 from ifgym.core.evolif import EVOLIF_RULE_IDS
 from ifgym.errors import UnknownNameError
 
@@ -137,6 +138,8 @@ def _evolif_length(unit: str, reply: str) -> int:
 
 
 def _evolif_count(text: str, keyword: str) -> int:
+    if not may_contain(text, keyword):  # no pattern to compile (re's cache holds 512; a run meets more keywords)
+        return 0
     if re.fullmatch(r"\w+", keyword):
         return len(re.findall(r"\b" + re.escape(keyword) + r"\b", text, re.IGNORECASE))
     return len(re.findall(re.escape(keyword), text, re.IGNORECASE))

@@ -9,6 +9,8 @@ own reading stays the stricter one where the two differ.
 from __future__ import annotations
 
 import json
+import random
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +22,7 @@ from ifgym.core.constraints import REGISTRY
 from ifgym.core.evolif import from_evolif
 from ifgym.errors import UnknownNameError
 from ifgym.rewards import SEMANTICS, EvolIFScorer, check
+from ifgym.rewards.evolif.evaluator import _evolif_count
 
 FENCED_MD_BULLETS = "```markdown\n- one\n- two\n```"
 
@@ -202,3 +205,18 @@ def test_cli_key_scores_with_evolif_semantics_and_the_summary_says_so(tmp_path, 
     episode = json.loads(out.read_text().splitlines()[0])
     assert episode["meta"]["checker_semantics"] == "evolif"
     assert {v["source"] for t in episode["turns"] for v in t["verdicts"]} == {"rule:evolif"}
+
+
+def test_evolif_keyword_counts_without_a_pattern_agree_with_its_pattern() -> None:
+    # a keyword absent from ASCII text (any case) is counted 0 without compiling a pattern: the same count
+    rng = random.Random(5)
+    pieces = ["ab", "AB", "Ab", "ba", "a", "b", "_", " ", "  ", "\n", "-", ".", "c"]
+    met = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
+        keyword = rng.choice(["ab", "AB", "ba", "a b", "ab ba", "a-b", "abc", "b."])
+        pattern = r"\b" + re.escape(keyword) + r"\b" if re.fullmatch(r"\w+", keyword) else re.escape(keyword)
+        want = len(re.findall(pattern, text, re.IGNORECASE))
+        met += want > 0
+        assert _evolif_count(text, keyword) == want, (text, keyword)
+    assert met > 150
