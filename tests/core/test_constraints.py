@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import pickle
-import random
 from typing import Any
 
 import pytest
+from support.texts import drawn_pairs
 
 from ifgym.core import Verdict, catalog
 from ifgym.core.constraints import (
@@ -524,13 +524,10 @@ def test_a_keyword_that_cannot_be_in_the_text_compiles_no_pattern() -> None:
 
 def test_counting_without_a_pattern_agrees_with_the_pattern() -> None:
     # ASCII texts and keywords drawn from a few letters, so that most of them meet in some case
-    rng = random.Random(7)
     pieces = ["ab", "AB", "Ab", "ba", "a", "b", "_", " ", "  ", "\n", "-", "+", ".", "c"]
     keywords = ["ab", "AB", "ba", "a b", "ab ba", "a-b", "c+", "_a", "b.", "abc"]
     met = 0
-    for _ in range(3000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
-        keyword = rng.choice(keywords)
+    for text, keyword in drawn_pairs(7, pieces, keywords, 3000, 12):
         want = len(keyword_pattern(keyword).findall(text))
         met += want > 0
         assert count_keyword(text, keyword) == want, (text, keyword)
@@ -540,12 +537,9 @@ def test_counting_without_a_pattern_agrees_with_the_pattern() -> None:
 @pytest.mark.parametrize("cid", ["start_with.keyword", "end_with.keyword"])
 def test_an_edge_keyword_checked_without_a_pattern_agrees_with_the_pattern(cid: str) -> None:
     kind = constraint_type(cid)
-    rng = random.Random(11)
     pieces = ["tea", "TEA", "Tea", "te", "a", " ", "\n", "_", "-", "!", "*", '"', "cup"]
     met = 0
-    for _ in range(2000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 8)))
-        keyword = rng.choice(["tea", "Tea cup", "te", "cup"])
+    for text, keyword in drawn_pairs(11, pieces, ["tea", "Tea cup", "te", "cup"], 2000, 8):
         want = kind._pattern(keyword).search(text.strip()) is not None
         met += want
         assert (kind.check(text, {"keyword": keyword}).label == "yes") == want, (text, keyword)

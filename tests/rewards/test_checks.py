@@ -9,12 +9,12 @@ own reading stays the stricter one where the two differ.
 from __future__ import annotations
 
 import json
-import random
 import re
 from typing import Any
 
 import gymnasium as gym
 import pytest
+from support.texts import drawn_pairs
 
 import ifgym  # noqa: F401
 from ifgym.core import Constraint
@@ -209,12 +209,10 @@ def test_cli_key_scores_with_evolif_semantics_and_the_summary_says_so(tmp_path, 
 
 def test_evolif_keyword_counts_without_a_pattern_agree_with_its_pattern() -> None:
     # a keyword absent from ASCII text (any case) is counted 0 without compiling a pattern: the same count
-    rng = random.Random(5)
     pieces = ["ab", "AB", "Ab", "ba", "a", "b", "_", " ", "  ", "\n", "-", ".", "c"]
+    keywords = ["ab", "AB", "ba", "a b", "ab ba", "a-b", "abc", "b."]
     met = 0
-    for _ in range(3000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
-        keyword = rng.choice(["ab", "AB", "ba", "a b", "ab ba", "a-b", "abc", "b."])
+    for text, keyword in drawn_pairs(5, pieces, keywords, 3000, 12):
         pattern = r"\b" + re.escape(keyword) + r"\b" if re.fullmatch(r"\w+", keyword) else re.escape(keyword)
         want = len(re.findall(pattern, text, re.IGNORECASE))
         met += want > 0
