@@ -49,6 +49,25 @@ def json_line(data: Any) -> str:
     return text.decode()
 
 
+_DIGITS = bytes(48 if 48 <= b <= 57 else 32 for b in range(256))  # each ASCII digit as "0", any other byte a space
+_LONG_NUMBER = b"0" * 19  # 19 digits: the shortest integer orjson may read as a float (-9999999999999999999)
+
+
+def read_json_line(line: bytes) -> Any:
+    """One JSON line (of an episodes file) as `json.loads` reads it; by orjson (3x faster) where it reads the same.
+
+    orjson reads an integer beyond 64 bits as a float, and refuses what only json reads (NaN and
+    Infinity, which `json_line` writes through json; lone surrogates; UTF-16): a line with 19 digits in a
+    row anywhere, or that orjson refuses, is read by json, which raises as before on a line that is not JSON.
+    """
+    if _LONG_NUMBER not in line.translate(_DIGITS):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)
+
+
 Move = Literal[
     "new_topic",
     "continue",

@@ -42,7 +42,7 @@ import gymnasium as gym
 from tqdm.auto import tqdm
 
 from ifgym.core import Episode
-from ifgym.core.turns import json_line
+from ifgym.core.turns import json_line, read_json_line
 from ifgym.errors import ConfigError, DataFormatError, EpisodeTimeoutError, RunStoppedError
 from ifgym.files import not_a_folder
 from ifgym.llm.conversation import Call, Steps, arun_steps, count_episode_usage, run_steps
@@ -206,7 +206,7 @@ def read_lines(path: str | Path, parse: Callable[[dict[str, Any], bytes], T]) ->
             if not line.strip():
                 continue
             try:
-                value = parse(json.loads(line), line)
+                value = parse(read_json_line(line), line)
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
                 if not line.endswith(b"\n"):  # the tail of an interrupted append (only the last line lacks one)
                     return
@@ -300,7 +300,7 @@ class StoredEpisodes(Sequence[Episode]):
         f.seek(offset)
         line = f.readline()
         try:
-            return Episode.from_json(json.loads(line))
+            return Episode.from_json(read_json_line(line))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataFormatError(
                 f"{self.path} at byte {offset}: not a finished episode ({exc}); was the file changed during the run?"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import sys
 from dataclasses import replace
 
@@ -18,7 +19,8 @@ import gymnasium as gym
 import pytest
 
 import ifgym  # noqa: F401
-from ifgym.core.turns import json_line
+from ifgym.core import turns
+from ifgym.core.turns import json_line, read_json_line
 from ifgym.llm.loop import event_loop_name
 from ifgym.policies import ScriptedPolicy
 from ifgym.runner.records import RunRecord
@@ -86,6 +88,60 @@ def test_an_episode_written_through_orjson_reads_back_as_it_was_played(tmp_path)
     # the line of a played episode holds floats (rewards, scores): they read back as the same floats
     floats = [t.reward for e in read for t in e.turns]
     assert floats == [t.reward for e in played for t in e.turns] and all(isinstance(f, float) for f in floats)
+
+
+def test_a_line_reads_as_json_reads_it_whatever_wrote_it():
+    # what json_line's fallback writes, which orjson reads otherwise or refuses, reads as json reads it
+    assert read_json_line(b'{"big": 1180591620717411303424}\n') == {"big": 2**70}
+    assert read_json_line(b"[-9999999999999999999, 9999999999999999999]") == [-(10**19) + 1, 10**19 - 1]
+    assert all(type(n) is int for n in read_json_line(b"[-9999999999999999999, 18446744073709551616]"))
+    nan, inf = read_json_line(b"[NaN, -Infinity]")
+    assert math.isnan(nan) and inf == -math.inf
+    assert read_json_line(b'{"x": "\\ud800"}') == {"x": "\ud800"}  # a lone surrogate's escape
+    assert read_json_line('{"x": "\u00e9"}'.encode("utf-16")) == {"x": "é"}
+    # digits in a row inside a string are read by json too, to the same text
+    assert read_json_line(b'{"reply": "call 00000000000000000000"}') == {"reply": "call 00000000000000000000"}
+    with pytest.raises(json.JSONDecodeError):
+        read_json_line(b'{"cut": ')
+
+
+def test_an_ordinary_line_is_read_by_orjson(monkeypatch):
+    def json_loads(*_):
+        raise AssertionError("read by json")
+
+    monkeypatch.setattr(turns.json, "loads", json_loads)
+    assert read_json_line(b'{"n": 123456789012345678, "x": -0.0, "f": 5e-324, "s": "\\u00e9"}') == {
+        "n": 123456789012345678,
+        "x": -0.0,
+        "f": 5e-324,
+        "s": "é",
+    }
+
+
+def drawn_value(rng: random.Random, depth: int = 0):
+    """A JSON value with integers around 64 bits, floats of any magnitude, and strings holding runs of digits."""
+    kind = rng.randrange(6 if depth < 3 else 4)
+    if kind == 0:
+        bits = rng.choice([8, 53, 62, 63, 64, 65, 70])
+        return rng.choice([-1, 1]) * rng.randrange(2**bits) + rng.choice([0, -1, 1])
+    if kind == 1:
+        return rng.choice([-1, 1]) * rng.randrange(10 ** rng.randrange(17, 21))
+    if kind == 2:
+        return rng.choice([rng.random() * 10 ** rng.randrange(-320, 309), -rng.random(), 0.1, 1e16, math.nan, math.inf])
+    if kind == 3:
+        return "n" + str(rng.randrange(10 ** rng.randrange(1, 22))) + rng.choice(["", " é", "\n"])
+    if kind == 4:
+        return [drawn_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}": drawn_value(rng, depth + 1) for i in range(rng.randrange(4))}
+
+
+def test_drawn_lines_read_as_json_reads_them():
+    rng = random.Random(7)
+    for _ in range(3000):
+        value = {"meta": drawn_value(rng)}
+        for line in (json.dumps(value).encode(), json_line(value).encode()):
+            # repr: the same types (an integer is not a float) and NaN compared as text
+            assert repr(read_json_line(line)) == repr(json.loads(line)), line
 
 
 def test_appends_wait_for_the_disk_past_a_bound_of_lines_waiting(tmp_path, monkeypatch):
