@@ -187,6 +187,9 @@ def _explain(
     if exc.__cause__ is not None:  # Hydra wraps the reason (e.g. "could not be converted to Integer")
         message += f": {str(exc.__cause__).splitlines()[0]}"
     generic = f"{message} — see `ifgym eval --help` for the config groups and keys"
+    unreadable = _unreadable_override(overrides)
+    if unreadable is not None:
+        return unreadable
     choices = [o for o in overrides if o.split("=", 1)[0] in (*GROUPS, TRAIN_GROUP)]
     for item in choices:
         group, option = item.split("=", 1)
@@ -212,6 +215,30 @@ def _explain(
                 )
             return f"unknown config key {key!r} in override {item!r}.{did_you_mean(key, known)} ({message})"
     return generic
+
+
+def _unreadable_override(overrides: Sequence[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, named, with its value quoted as Hydra reads it; None if all read.
+
+    An unquoted value may not hold `=`, `?`, spaces and other characters of the grammar (a URL's query string);
+    quoted, it may: single quotes keep the shell from removing Hydra's double quotes.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for item in overrides:
+        try:
+            parser.parse_override(item)
+        except HydraException as exc:
+            key, _, value = item.partition("=")
+            quoted = f"'{key}=\"{value}\"'" if '"' not in value else f"\"{key}='{value}'\""
+            reason = str(exc).splitlines()[0]
+            return (
+                f"the override {item!r} cannot be read ({reason}): a value with =, ?, spaces or brackets in it must be "
+                f"quoted for Hydra, and the quotes kept from the shell: {quoted}"
+            )
+    return None
 
 
 def _judge_config(overrides: list[str]) -> dict[str, Any]:

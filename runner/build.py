@@ -20,6 +20,11 @@ ROLE_CONFIG_KEYS = {
 }
 
 
+def role_config_key(role: str) -> str:
+    """Where a model role's settings are given: `policy.llm`, `judge.llm`, … (an env's role: `env.<role>_llm`)."""
+    return ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm")
+
+
 def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: str | None = None) -> Any:
     """One client per role for the whole run (shared by every episode: one semaphore, one usage counter).
 
@@ -28,7 +33,7 @@ def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: s
     """
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role, config_key or ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
+    clients[role] = make_client(settings, role, config_key or role_config_key(role))
     return clients[role]
 
 

@@ -222,13 +222,15 @@ MAX_TOKENS_WARN_SHARE = 0.1  # a role's replies cut at max_tokens, from this sha
 
 def max_tokens_warnings(usage: dict[str, dict[str, int]]) -> list[str]:
     """A warning line per role whose replies often stopped at `max_tokens` (finish_reason "length": cut mid-answer)."""
+    from ifgym.runner.build import role_config_key
+
     lines = []
     for role, counts in usage.items():
         stops, calls = counts.get("max_tokens_stops", 0), counts.get("calls", 0)
         if calls and stops / calls >= MAX_TOKENS_WARN_SHARE:
             lines.append(
                 f"warning: {stops} of {calls} {role} replies ({stops / calls:.0%}) stopped at max_tokens "
-                f"(finish_reason 'length'), cut mid-answer; raise the {role} model's max_tokens"
+                f"(finish_reason 'length'), cut mid-answer; raise it: {role_config_key(role)}.max_tokens=N"
             )
     return lines
 
