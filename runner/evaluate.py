@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.conf.schema import check_schema
-from ifgym.runner.build import build_env, build_policy, check_model_servers, fill_request_limits, use_cache
+from ifgym.runner.build import (
+    build_env,
+    build_policy,
+    check_model_servers,
+    fill_request_limits,
+    policy_protocol,
+    use_cache,
+)
 from ifgym.runner.judge_gate import audit_judge
 from ifgym.runner.records import run_key
 from ifgym.runner.summarize import ci_settings_of, has_loose, report_run
@@ -136,9 +143,9 @@ def evaluate(
                 file=sys.stderr,
             )
             record.data["took_over"] = stale
-        setup = getattr(make_policy(), "protocol", None)  # a wrapper names its setup and its paper's differences
-        if callable(setup):
-            record.data["policy_protocol"] = setup()
+        setup = policy_protocol(make_policy())  # a wrapper names its setup and its paper's differences
+        if setup is not None:
+            record.data["policy_protocol"] = setup
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
             from ifgym.llm.client import model_place
