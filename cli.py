@@ -142,6 +142,7 @@ def _compose(overrides: list[str], config_dir: str | None = None, config_name: s
     from ifgym.conf.schema import register_configs
 
     register_configs()
+    overrides = with_package_env(overrides)
     if config_dir:  # as --config-dir does: the folder's configs come before ifgym's
         overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
     with initialize_config_module(config_module="ifgym.conf", version_base="1.3"):
@@ -161,6 +162,22 @@ def compose(overrides: list[str], *, config_dir: str | None = None, config_name:
         raise ConfigError(_explain(exc, overrides, config_dir, config_name)) from None
     check_schema(cfg, overrides)
     return cfg
+
+
+PACKAGE_ENV = "env=plugin"  # the env preset of an installed task package's id: the id alone
+
+
+def with_package_env(args: Sequence[str]) -> list[str]:
+    """`args` with `env=plugin` first when `env.id=` names an id outside ifgym/ and no env preset is chosen.
+
+    Another package's env takes arguments of its own: the default preset's (EvolIF's) would be refused.
+    """
+    args = list(args)
+    ids = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("env.id=")]
+    chosen = any(a.lstrip("+~").split("=", 1)[0] == "env" for a in args)
+    if ids and not chosen and not any(i.startswith("ifgym/") or "," in i for i in ids):
+        args.insert(0, PACKAGE_ENV)
+    return args
 
 
 def _flat_keys(node: Any, prefix: str = "") -> list[str]:
@@ -467,6 +484,7 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
     from ifgym.conf.schema import register_configs
     from ifgym.errors import ConfigError
 
+    args = with_package_env(args)
     args, parsed = _hydra_flags(args, command)
     register_configs()
     failures: list[Any] = []  # a single run's exception, or the labels of the sweep jobs that failed

@@ -321,11 +321,21 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     try:  # fail on a bad env config (misspelt arguments get a did-you-mean) before any model call
         make_env().close()
     except gym.error.Error as exc:  # gymnasium's own: an unknown id, with its did-you-mean
-        ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
-        raise ConfigError(f"env.id={env_id}: {exc} (ifgym's ids: {ids})") from None
+        raise ConfigError(f"env.id={env_id}: {exc} ({known_env_ids()})") from None
     except IfgymError as exc:  # the env refused an argument: say which env it was
         raise ConfigError(f"env ({env_id}): {exc}") from None
     return make_env
+
+
+def known_env_ids() -> str:
+    """The env ids there are, in words: ifgym's, and the installed task packages (`ifgym.tasks` entry points)."""
+    import gymnasium as gym
+
+    from ifgym.core.tasks import load_plugins
+
+    packages = sorted(set(load_plugins().values()))
+    ours = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
+    return f"ifgym's ids: {ours}" + (f"; task packages installed: {', '.join(packages)}" if packages else "")
 
 
 # Envs whose checks `_EnvChecks` watches at once (it holds them: a run of one-turn episodes never passes the checks)
@@ -353,6 +363,10 @@ class _EnvChecks:
         import gymnasium as gym
         from gymnasium.wrappers import PassiveEnvChecker
 
+        from ifgym.core.tasks import load_plugins
+
+        if env_id not in gym.registry:  # an installed task package's id, perhaps (in a Ray worker too)
+            load_plugins()
         if "disable_env_checker" in kwargs:
             return gym.make(env_id, **kwargs)
         if not self.passed and any(checker.checked_data_reuse for checker in self._checkers):
