@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.conf.schema import check_schema
+from ifgym.plotting import PLOT_INSTALL, can_plot
 from ifgym.runner.build import (
     build_env,
     build_policy,
@@ -76,6 +77,10 @@ def evaluate(
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
+    if resolved["plots"] and not can_plot():  # said before any episode, not after the run
+        raise ConfigError(
+            f"plots=true (the default) draws with matplotlib, which is not installed: {PLOT_INSTALL}; or plots=false"
+        )
     if (job or {}).get("mode") == "MULTIRUN" and resolved["output"]:
         raise ConfigError(
             f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
