@@ -101,6 +101,12 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
             f"policy._target_={policy_cfg['_target_']} is read with policy=custom only (policy.kind is {kind!r}): "
             f"give your policy as {where}=pkg.module.Name"
         )
+    if kind in BASE_KINDS and isinstance(policy_cfg.get("base"), dict):
+        raise ConfigError(
+            f"policy.base (a policy of your own to wrap) is read by the wrappers only, not by policy.kind={kind}: "
+            "choose one (policy=truncation, graphif, context_agent, self_refine), or run your policy alone with "
+            "policy=custom policy._target_=pkg.module.Name"
+        )
     base = kind if kind in BASE_KINDS else policy_cfg.get("base", "chat")
     if isinstance(base, dict):
         make_base = plugged_policy(base, "policy.base")

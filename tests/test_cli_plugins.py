@@ -153,6 +153,10 @@ def test_bad_targets_name_the_key_the_import_error_and_the_closest_name(tmp_path
             "is read with policy=custom only (policy.kind is 'truncation'): give your policy as policy.base._target_=",
         ),
         (["policy=truncation", "policy.base.prefix=Saw"], "policy.base needs policy.base._target_=pkg.module.Name"),
+        (
+            ["policy=scripted", f"policy.base._target_={AGENT}"],
+            "policy.base (a policy of your own to wrap) is read by the wrappers only, not by policy.kind=scripted",
+        ),
         # without a _target_, a key the policy schema lacks is a typo, named with the closest key
         (["policy.system_promt=Brief."], "unknown config key 'policy.system_promt'"),
     ]
