@@ -74,9 +74,12 @@ commands:
 config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
 policy wrappers: policy={{truncation, graphif, context_agent, self_refine}} wrap policy.base=chat|scripted|transformers
-               (chat uses policy.llm); graphif and context_agent call a light model at policy.light_llm
+               (chat uses policy.llm) or your own (policy.base._target_=pkg.Name); graphif and context_agent
+               call a light model at policy.light_llm
                policy=graphif_paper, context_agent_paper: each paper's settings (Context-Agent's summaries at
                policy.summary_llm)
+your own policy: policy=custom policy._target_=pkg.module.Name policy.ARG=VALUE (docs/plugins.md)
+a task package's env (its ifgym.tasks entry point): env.id=NS/Name-vN (env=plugin) +env.ARG=VALUE
 """
 
 
