@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.conf.schema import check_schema
-from ifgym.runner.build import build_env, build_policy, check_model_servers, fill_request_limits, use_cache
+from ifgym.plotting import PLOT_INSTALL, can_plot
+from ifgym.runner.build import (
+    build_env,
+    build_policy,
+    check_model_servers,
+    fill_request_limits,
+    policy_protocol,
+    use_cache,
+)
 from ifgym.runner.judge_gate import audit_judge
 from ifgym.runner.records import run_key
 from ifgym.runner.summarize import ci_settings_of, has_loose, report_run
@@ -69,6 +77,10 @@ def evaluate(
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
+    if resolved["plots"] and not can_plot():  # said before any episode, not after the run
+        raise ConfigError(
+            f"plots=true (the default) draws with matplotlib, which is not installed: {PLOT_INSTALL}; or plots=false"
+        )
     if (job or {}).get("mode") == "MULTIRUN" and resolved["output"]:
         raise ConfigError(
             f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
@@ -136,9 +148,9 @@ def evaluate(
                 file=sys.stderr,
             )
             record.data["took_over"] = stale
-        setup = getattr(make_policy(), "protocol", None)  # a wrapper names its setup and its paper's differences
-        if callable(setup):
-            record.data["policy_protocol"] = setup()
+        setup = policy_protocol(make_policy())  # a wrapper names its setup and its paper's differences
+        if setup is not None:
+            record.data["policy_protocol"] = setup
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
             from ifgym.llm.client import model_place
