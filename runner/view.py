@@ -54,6 +54,12 @@ METRIC_DEFINITIONS = {
     "WCSR": "weighted constraint satisfaction: per turn, satisfied weight over weight, averaged over turns",
     "score": "FlexBench's score: share of the dimensions the call met",
     "pass_rate/": "share of this group's checks that the replies met",
+    "episodes": "dialogues in the run (a count)",
+    "turns": "turns played, over all dialogues (a count)",
+    "items": "checklist items checked, over all turns (a count)",
+    "failed_turns": "turns with a check not met (a count)",
+    "undetermined_turns": "turns that neither passed nor failed: no check was no, some were unknown (a count)",
+    "unknown": "checks left unknown: a judge answer that could not be read, or no verdict (a count)",
 }
 
 

@@ -105,7 +105,8 @@ def test_the_transcript_list_shows_each_episodes_score(run, browser):
         labels = [v["label"] for t in e["turns"] for v in t["verdicts"]]
         met = f"{labels.count('yes')}/{len(labels)} checks met"
         if e["env_id"] == "ifgym/EvolIF-v1" and "unknown" not in labels:
-            # EvolIF's CSR over one dialogue: the constraints met over the constraints checked
+            # EvolIF's CSR over one dialogue: the mean of its turns' shares of constraints met; each made-up
+            # turn checks three, so that is the constraints met over the constraints checked
             assert heads[str(e["seed"])] == f"CSR {labels.count('yes') / len(labels):.3f} · {met}"
             checked += 1
         else:
