@@ -73,13 +73,15 @@ def test_api_key_from_netrc(tmp_path):
 
 def cli(*args, cwd, env):
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # W&B stages an artifact's files in its data folder (~/.local/share/wandb by default): the test's own
+    staging = {"WANDB_DATA_DIR": str(Path(cwd) / "wandb-data")}
     return subprocess.run(
         [sys.executable, "-m", "ifgym.cli", "eval", *args],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=cwd,
-        env={**base, **NO_KEY, "WANDB_SILENT": "true", **env},
+        env={**base, **NO_KEY, "WANDB_SILENT": "true", **staging, **env},
     )
 
 
