@@ -13,7 +13,10 @@ filterable by verdict, group, failed turns and failed episodes, linkable as `#se
 /labels`, appended to `labels.jsonl` by `ifgym.runner.agreement.append_label`); it stops on Ctrl-C, after
 `idle_seconds` without a request, or after `seconds`. `agreement_command` (`ifgym agreement RUN`) pairs
 those labels with the run's verdicts (`ifgym.runner.agreement`) and writes the result into the run's summary
-and, when the run folder holds a W&B run, its W&B summary (`ifgym.runner.tracking.log_agreement`).
+and, when the run's run.json stores a W&B run, its W&B summary (`ifgym.runner.tracking.log_agreement`).
+
+`write_runs_page(folder)` writes `runs.html` into a folder of runs: one sortable line per run below it,
+each linking the run's `report.html` (written by `write_report` when missing or older than the run's files).
 """
 
 from __future__ import annotations
