@@ -317,7 +317,6 @@ def run_row(folder: Path, root: Path) -> dict[str, Any]:
         "headline": headline if headline in strict else None,
         "value": _number(strict.get(headline)),
         "ci": ((summary.get("ci") or {}).get("strict") or {}).get(headline),
-        "level": (summary.get("ci_settings") or {}).get("level"),
         "started": run.get("started"),
         "status": (summary.get("ending") or {}).get("status", "finished"),
     }
