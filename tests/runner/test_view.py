@@ -453,3 +453,23 @@ def test_a_runs_page_ifgym_did_not_write_is_kept(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["view", str(tmp_path / "empty")]) == 2
     assert "no summary.json in it or in any folder below it" in capsys.readouterr().err
+
+
+def test_the_run_browser_rewrites_only_stale_reports(tmp_path, capsys):
+    import os
+
+    from ifgym.runner.view import write_runs_page
+
+    fresh, stale = tmp_path / "runs" / "fresh", tmp_path / "runs" / "stale"
+    for folder in (fresh, stale):
+        write_made_up_run(folder, 3)
+        write_report([folder])
+        os.utime(folder / "report.html", (1_000_000_000, 1_000_000_000))  # drawn long ago ...
+    for name in os.listdir(fresh):  # ... after every file of the fresh run
+        if name != "report.html":
+            os.utime(fresh / name, (999_999_999, 999_999_999))
+    write_runs_page(tmp_path / "runs")
+    assert (fresh / "report.html").stat().st_mtime == 1_000_000_000  # kept
+    assert (stale / "report.html").stat().st_mtime > 1_000_000_000  # its summary is newer: drawn again
+    assert main(["view", str(tmp_path / "runs"), "--serve"]) == 2
+    assert "--serve serves one run's report" in capsys.readouterr().err
