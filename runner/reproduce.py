@@ -236,7 +236,7 @@ PAPERS: dict[str, Paper] = {
             ),
         ),
         # the reviewed dimension file: building dimensions needs a model stronger than the smoke run's
-        smoke=("env.max_turns=2", "env.dimensions=null", *_LIGHT_SMOKE),
+        smoke=("env.max_turns=2", "env.dimensions=null", "env.pipeline=ifgym", *_LIGHT_SMOKE),
     ),
 }
 ALIASES = {"ntm": "context_agent", "context-agent": "context_agent", "structflowbench": "structflow"}

@@ -48,7 +48,7 @@ def tables_of(tmp_path):
 def paper_lines(out, label):
     """The row `label`'s line and the paper's line under it."""
     lines = out.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(f"[smoke] {label} "))
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"[smoke] {label} ") and "smoke run" in line)
     return lines[at], lines[at + 1]
 
 
@@ -75,7 +75,8 @@ def test_graphif_runs_table_1_and_3_with_one_decoding(tmp_path, capsys):
     assert all(line.startswith("[smoke]") for line in out.splitlines() if line.strip())
     data = tables_of(tmp_path)
     assert data["smoke"] and data["repeats"] == 1 and [t["id"] for t in data["tables"]] == ["table1", "table3"]
-    assert (tmp_path / "rep" / "tables.md").read_text().count("smoke run") == 6 * 2  # 3 rows a table, 2 lines a row
+    markdown = (tmp_path / "rep" / "tables.md").read_text()
+    assert markdown.count("| smoke run |") == 3 * 2 and markdown.count("| paper | — |") == 3 * 2  # 3 rows a table
 
 
 def test_the_rows_of_a_table_share_the_papers_decoding_once_composed():
@@ -210,6 +211,26 @@ def test_structflow_on_the_embedded_model_then_resumed(tmp_path, capsys):
     ]  # fmt: skip
     summary = json.loads((tmp_path / "rep" / "model" / "summary.json").read_text())
     assert summary["episodes"] == 2
+
+
+def test_shards_of_every_row_then_the_table_from_their_episodes(tmp_path, capsys):
+    with CannedServer(replies=["An answer."]) as policy, CannedServer(yes_judge) as judge:
+        args = ["reproduce", "structflow", *roles(tmp_path, policy, judge), "episodes=3"]
+        assert main([*args, "shard=0/2"]) == 0 and main([*args, "shard=1/2"]) == 0
+        played = len(policy.requests)
+        assert "run the command without shard=" in capsys.readouterr().out
+        assert not (tmp_path / "rep" / "tables.json").exists()  # no table from half the seeds
+        assert main(args) == 0
+        assert len(policy.requests) == played  # the shards' seeds are not played again
+    folder = tmp_path / "rep" / "model"
+    assert sorted(p.name for p in folder.glob("episodes*.jsonl")) == [
+        "episodes.jsonl",
+        "episodes.shard-0-of-2.jsonl",
+        "episodes.shard-1-of-2.jsonl",
+    ]
+    episodes = [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+    assert sorted(e["seed"] for e in episodes) == [0, 1, 2]
+    assert tables_of(tmp_path)["tables"][0]["rows"][0]["cells"]["CSR"]["mean"] == 100.0
 
 
 @pytest.mark.parametrize(
