@@ -142,6 +142,7 @@ PAPERS: dict[str, Paper] = {
                 (
                     _pct("TCR"),
                     *(_pct(f"TCR@{n}", f"TCR/{n}") for n in _NTM_LENGTHS),
+                    _pct("TCR@other", "TCR/other"),  # the released file's dialogues of other lengths, apart
                     Column("ACT", ("ACT",), digits=0),
                     *(Column(f"ACT@{n}", (f"ACT/{n}",), digits=0) for n in _NTM_LENGTHS),
                     Column("TCR Gain", derived="gain", of="TCR", base="full_history"),
@@ -198,7 +199,7 @@ PAPERS: dict[str, Paper] = {
                     *(_pct(t, f"pass_rate/{t}") for t in STRUCTURAL_TYPES),
                     _pct("CSR"),
                     _pct("ISR"),
-                    _pct("WCSR"),
+                    _pct("WCSR", "WCSR_pooled", "WCSR"),  # §3.5's equation, pooled over constraints
                     _pct("DRFR"),
                 ),
             ),
