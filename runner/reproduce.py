@@ -115,7 +115,7 @@ PAPERS: dict[str, Paper] = {
                 "table3", "GraphIF Table 3 (ablations)", ("graphif", "wo_agent", "wo_graph_prompt"), _GRAPHIF_COLUMNS
             ),
         ),
-        smoke=("env.max_turns=2",),
+        smoke=("env.max_turns=2", "episodes=1"),  # 5 rows of 5 to 7 calls a turn: one dialogue each
         repeats=3,
         needs_dataset="GraphIF's 24-turn sets are not shipped (no licence): give one with env.dataset=PATH "
         "(structflowbench_graphif.jsonl: episodes=32; mteval_graphif.jsonl: episodes=10)",
