@@ -334,6 +334,12 @@ def plan(args: Sequence[str], cwd: Path | None = None) -> Plan:
         ]
     elif os.environ.get("OPENAI_BASE_URL"):  # policy=openai reads it; every row must reach the same server
         common.append(f"policy.llm.base_url={os.environ['OPENAI_BASE_URL']}")
+    elif not any(o.startswith("policy.llm.base_url=") and o.split("=", 1)[1] not in ("", "null") for o in user):
+        raise ConfigError(
+            f"reproduce {paper.name}: the paper's rows run against a served model: give policy.llm.base_url=URL "
+            "policy.llm.model=M (any OpenAI-compatible server; or set OPENAI_BASE_URL), or smoke=true to see every "
+            "row run on the embedded small model first"
+        )
     shard = own.get("shard")
     runs = []
     for row in rows:

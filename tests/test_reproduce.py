@@ -81,7 +81,8 @@ def test_graphif_runs_table_1_and_3_with_one_decoding(tmp_path, capsys):
 
 def test_the_rows_of_a_table_share_the_papers_decoding_once_composed():
     # today's presets differ: truncation answers in 200 tokens, self_refine at temperature 0 in 300
-    the_plan = plan(["context_agent", "env.dataset=/data/ntm.jsonl"])
+    url = "policy.llm.base_url=http://127.0.0.1:8000/v1"
+    the_plan = plan(["context_agent", url, "env.dataset=/data/ntm.jsonl"])
     composed = compose_runs(the_plan, compose)
     from omegaconf import OmegaConf
 
@@ -96,7 +97,7 @@ def test_the_rows_of_a_table_share_the_papers_decoding_once_composed():
     assert {json.dumps(d, sort_keys=True) for d in decodings.values()} == {
         json.dumps({"temperature": 0.0, "top_p": None, "max_tokens": 1024, "extra": {}}, sort_keys=True)
     }
-    graphif = compose_runs(plan(["graphif", "env.dataset=/data/g.jsonl", "repeats=1"]), compose)
+    graphif = compose_runs(plan(["graphif", url, "env.dataset=/data/g.jsonl", "repeats=1"]), compose)
     for _, cfg in graphif.values():
         llm = OmegaConf.to_container(cfg, resolve=True)["policy"]["llm"]
         assert (llm["temperature"], llm["top_p"], llm["max_tokens"], llm["extra"]) == (0.7, 0.8, 2048, {"top_k": 20})
@@ -241,6 +242,7 @@ def test_shards_of_every_row_then_the_table_from_their_episodes(tmp_path, capsys
         (["reproduce"], "name the paper first"),
         (["reproduce", "graphf"], "Did you mean"),
         (["reproduce", "graphif"], "env.dataset=PATH"),
+        (["reproduce", "structflow"], "give policy.llm.base_url=URL policy.llm.model=M"),
         (["reproduce", "context_agent", "smoke=true"], "NTM is not shipped"),
         (["reproduce", "structflow", "policy=openai"], "chosen by the paper's rows"),
         (["reproduce", "structflow", "repeats=0"], "repeats=0 must be >= 1"),

@@ -6,7 +6,8 @@ from ifgym.runner.reproduce import last_wins, plan, run_folder
 
 
 def test_repeats_give_each_row_its_sampling_seeds_in_folders_of_their_own():
-    the_plan = plan(["graphif", "env.dataset=/d.jsonl", "repeats=2", "out=/tmp/x"])
+    url = "policy.llm.base_url=http://127.0.0.1:8000/v1"
+    the_plan = plan(["graphif", url, "env.dataset=/d.jsonl", "repeats=2", "out=/tmp/x"])
     seeds = [
         (row.id, [o for o in overrides if o.startswith("policy.llm.seed=")]) for row, _, overrides in the_plan.runs
     ]
@@ -14,7 +15,7 @@ def test_repeats_give_each_row_its_sampling_seeds_in_folders_of_their_own():
     assert len(the_plan.runs) == 5 * 2
     row, repeat, _ = the_plan.runs[3]
     assert str(run_folder(the_plan, row, repeat)) == "/tmp/x/self_refine-r1"
-    single = plan(["graphif", "env.dataset=/d.jsonl", "repeats=1", "out=/tmp/x"])
+    single = plan(["graphif", url, "env.dataset=/d.jsonl", "repeats=1", "out=/tmp/x"])
     assert not any(o.startswith("policy.llm.seed=") for _, _, overrides in single.runs for o in overrides)
     assert str(run_folder(single, *single.runs[0][:2])) == "/tmp/x/llm_only"
 
@@ -33,11 +34,13 @@ def test_the_commands_overrides_win_and_the_smoke_run_sets_every_role():
     )
     assert "policy.llm.max_tokens=48" in overrides and "policy.llm.max_tokens=1024" not in overrides
     assert smoke.repeats == 1 and "smoke" in smoke.folder.name
-    assert plan(["structflow"]).runs[0][2][0] == "policy=openai"  # a served model outside the smoke run
+    served = plan(["structflow", "policy.llm.base_url=http://127.0.0.1:8000/v1"])
+    assert served.runs[0][2][0] == "policy=openai"  # a served model outside the smoke run
 
 
 def test_the_folder_is_the_same_for_the_same_rows_whatever_the_server_or_count():
-    a = plan(["structflow", "policy.llm.model=m", "episodes=5", "policy.llm.timeout=9"]).folder
-    b = plan(["structflow", "policy.llm.model=m", "episodes=155", "shard=0/2"]).folder
-    c = plan(["structflow", "policy.llm.model=other"]).folder
+    url = "policy.llm.base_url=http://127.0.0.1:8000/v1"
+    a = plan(["structflow", url, "policy.llm.model=m", "episodes=5", "policy.llm.timeout=9"]).folder
+    b = plan(["structflow", url, "policy.llm.model=m", "episodes=155", "shard=0/2"]).folder
+    c = plan(["structflow", url, "policy.llm.model=other"]).folder
     assert a == b != c and a.parent.name == "runs"
