@@ -37,6 +37,13 @@ commands:
                              judge=llm logger=wandb episodes=20). Hydra's flags: -m/--multirun (sweep,
                              e.g. -m env.patience=2,3), --cfg [job|hydra|all], --info, -cd/--config-dir DIR
                              and -cn/--config-name NAME (your own configs), hydra.run.dir=… hydra.sweep.dir=…
+  reproduce PAPER [KEY=VALUE ...]  every row of a paper's main table(s) (method, baselines, ablations) as one
+                             resumable sweep with the settings the paper shares across them, then the table in the
+                             paper's layout with its published numbers: PAPER = graphif, context_agent (NTM), evolif,
+                             structflow, flexbench; overrides for every row (policy.llm.base_url=URL policy.llm.model=M
+                             judge.llm.base_url=URL judge.llm.model=J env.dataset=PATH episodes=N); repeats=N (mean ± SD
+                             over sampling seeds), shard=I/N, out=FOLDER, smoke=true (the embedded small model in every
+                             role, a few short episodes, labelled a smoke run); EvolIF: patiences=1,3,5
   train [FLAGS] [KEY=VALUE ...]  GRPO (TRL) on an env's prompts with ifgym's turn reward, then ifgym eval of
                              the model before and after on held-out seeds (env/judge/logger groups as in eval,
                              plus trainer=…; e.g. trainer=smoke, trainer.model=PATH, trainer.grpo.max_steps=50;
@@ -88,6 +95,7 @@ GROUPS = ("env", "policy", "judge", "logger")
 TRAIN_GROUP = "trainer"  # `ifgym train` has the env, judge and logger groups too
 COMMANDS = (
     "eval",
+    "reproduce",
     "train",
     "judge-audit",
     "compare",
@@ -586,6 +594,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_eval(rest)
         if command == "train":
             return run_train(rest)
+        if command == "reproduce":
+            from ifgym.runner.reproduce import reproduce
+
+            return reproduce(rest, compose)
         if command == "export":
             from ifgym.runner.training_data import export_data
 

@@ -116,6 +116,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     real = "ifgym/rewards/assets/structflow_real/"  # its real suite, with the licence and source beside it
     assert [f for f in ("suite.json", "LICENSE", "SOURCE") if real + f not in names] == []
     assert "ifgym/assets/view.html" in names and "ifgym/assets/runs.html" in names  # ifgym view's pages
+    assert "ifgym/assets/papers/context_agent.json" in names  # ifgym reproduce's published numbers
     assert "tests/" not in names and "benchmarks/" not in names
 
     env_dir = tmp_path / "venv"
