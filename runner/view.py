@@ -149,6 +149,15 @@ def run_folder(arg: str | Path) -> Path:
     return folder
 
 
+def folder_notes(folder: Path) -> list[str]:
+    """What the page and `ifgym view` say of the folder's records: a run still going, or killed; a stale summary."""
+    from ifgym.runner.records import record_notes
+    from ifgym.runner.rollout import writer_alive
+
+    summary = read_summary(folder)
+    return record_notes(folder, writer_alive=writer_alive(episodes_path(folder, summary)))
+
+
 def episodes_path(folder: Path, summary: dict[str, Any]) -> Path:
     """The run's episodes file: the one its summary names (`output`), in its folder."""
     return folder / Path(summary.get("output") or "episodes.jsonl").name
@@ -184,6 +193,7 @@ def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
         "episodes": page,
         "sample": sample_items(episodes, sample_size),
         "labels": read_labels(folder),
+        "notes": folder_notes(folder),
     }
 
 
@@ -358,6 +368,9 @@ def view_command(args: list[str]) -> int:
     except ValueError as exc:
         raise ConfigError(f"view: --port and --sample take integers, the seconds numbers ({exc})") from None
     path = write_report(runs, sample_size=sample)
+    for run in runs:
+        for note in folder_notes(run_folder(run)):
+            print(f"ifgym: {note}", file=sys.stderr)
     print(path, flush=True)
     if serve_it:
         serve(path.parent, port=port, seconds=seconds, idle_seconds=idle)
