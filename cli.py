@@ -543,6 +543,13 @@ def _emit(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (`EXIT_*`)."""
+    with redacting_streams():  # what ifgym, Hydra and the libraries print: no credential of the run
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         return _emit(usage())
@@ -553,14 +560,6 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command in COMMANDS and ("-h" in rest or "--help" in rest):  # every command takes --help
         return _emit(command_help(command))
-    with redacting_streams():  # what ifgym, Hydra and the libraries print: no credential of the run
-        return _dispatch(command, rest)
-
-
-def _dispatch(command: str, rest: list[str]) -> int:
-    """Run one command; its exit status (`EXIT_*`), every error one line."""
-    from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
-
     try:
         if command == "eval":
             return run_eval(rest)

@@ -21,6 +21,8 @@ from ifgym.runner.records import run_key, stale_summary
 from ifgym.runner.redaction import remember_config
 from ifgym.runner.summarize import ci_settings_of, has_loose, report_run
 
+# what a run writes beside its records at its end (plots, FlexBench's table, `ifgym view`'s page)
+RUN_FILES = ("survival.png", "group_pass_rates.png", "flexbench_dimensions.csv", "flexbench_heatmap.png", "report.html")
 HYDRA_MARK = "# written by ifgym: Hydra's record of the run, credentials removed\n"
 
 
@@ -66,8 +68,13 @@ def check_folder_is_ours(out: Path, key: str, record_name: str, summary_name: st
             f"{key}); {fix}"
         )
     summary_path = folder / summary_name
-    if summary_path.exists() and ifgym_record(summary_path) is None:
+    summary = ifgym_record(summary_path)
+    if summary_path.exists() and summary is None:
         raise ConfigError(f"{summary_path} was not written by ifgym (no run reference in it); {fix}")
+    if record is None and summary is None:  # the plots and page beside them are a run's of ifgym's, or not its at all
+        written_later = [folder / name for name in RUN_FILES if (folder / name).exists()]
+        if written_later:
+            raise ConfigError(f"{written_later[0]} was not written by this run's records; {fix}")
     if hydra_dir is not None and record is None and (hydra_dir / ".hydra").is_dir():
         foreign = [
             p

@@ -60,7 +60,7 @@ SECRET_VARIABLE_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
 _KEY_PATTERNS = r"\bsk-[A-Za-z0-9_\-]{8,}|Bearer\s+[^\s\"'\\]+|api[_-]?key=[^&\s\"'\\]+"
 
 _given: set[str] = set()  # this process's credentials, as given (every form is made from these)
-_cache: dict[frozenset[str], re.Pattern[str]] = {}
+_cache: dict[frozenset[str], Any] = {}
 
 
 def secret_key(key: str) -> bool:
@@ -200,13 +200,36 @@ def _forms(value: str) -> set[str]:
     return {f for f in out if f}
 
 
-def _pattern(values: frozenset[str]) -> re.Pattern[str] | None:
-    """One pattern for every written form of `values` (None for none), longest first."""
+def _core(value: str) -> str:
+    """The longest run of `value` that no escaping changes: every written form of it holds that run."""
+    runs = re.findall(r"[A-Za-z0-9_.~-]+", value)
+    return max(runs, key=len) if runs else value
+
+
+def _pattern(values: frozenset[str]) -> tuple[tuple[str, ...], re.Pattern[str]] | None:
+    """What to look for first, and one pattern for every written form of `values`; None for no value.
+
+    First: each value's `_core` (or its forms, when a core is short); the pattern's forms longest first.
+    """
     if values not in _cache:
+        if len(_cache) > 8:  # a few sets are in use at a time (the run's, and with the environment's)
+            _cache.clear()
         forms = sorted({f for v in values for f in _forms(v)}, key=len, reverse=True)
-        _cache.clear()  # one pattern at a time: the set changes rarely
-        _cache[values] = re.compile("|".join(re.escape(f) for f in forms)) if forms else None
+        cores = {_core(v) for v in values}
+        first = tuple(cores if min(map(len, cores), default=0) >= 4 else forms)
+        _cache[values] = (first, re.compile("|".join(re.escape(f) for f in forms))) if forms else None
     return _cache[values]
+
+
+def _found(text: str, values: frozenset[str]) -> re.Pattern[str] | None:
+    """The pattern of `values` when one of them may be in `text`, else None.
+
+    A substring search per value: a regular expression of many alternatives scans a long text many times slower.
+    """
+    known = _pattern(values)
+    if known is None or not any(part in text for part in known[0]):
+        return None
+    return known[1]
 
 
 _KEY_SHAPES = re.compile(_KEY_PATTERNS, re.IGNORECASE)
@@ -217,7 +240,7 @@ def redact(text: str) -> str:
 
     Key-shaped text (`sk-…`, `Bearer …`, `api_key=…`) goes too, whether or not the key is known.
     """
-    pattern = _pattern(_searched())
+    pattern = _found(text, _searched())
     if pattern is not None:
         text = pattern.sub(REDACTED, text)
     return _KEY_SHAPES.sub(REDACTED, text)
@@ -226,11 +249,11 @@ def redact(text: str) -> str:
 def redact_json_line(line: str) -> str:
     """One episodes-file line with the known credentials redacted, still valid JSON.
 
-    Error messages in it were redacted where they were made (`redact`); here only the run's known
-    credentials are looked for, the cheap check every line gets.
+    Error messages in it were redacted where they were made (`redact`); here only the credentials the
+    run was given are looked for (not the environment's), the cheap check every line gets.
     """
-    pattern = _pattern(_searched())
-    if pattern is None or pattern.search(line) is None:
+    pattern = _found(line, frozenset(v for v in _given if len(v) >= MIN_SEARCHED))
+    if pattern is None:
         return line
     cut = pattern.sub(REDACTED, line)
     try:

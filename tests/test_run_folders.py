@@ -77,6 +77,7 @@ def test_a_folder_of_foreign_files_is_refused_untouched(tmp_path, capsys):
         "run_json": {"run.json": b'{"experiment": "mine", "seed": 3}\n'},
         "summary": {"summary.json": b'{"accuracy": 0.5}\n'},
         "hydra": {".hydra/config.yaml": b"lr: 0.1\n"},
+        "plot": {"survival.png": b"\x89PNG my own figure"},
     }
     with CannedServer(replies=["Fine."]) as server:
         for name, files in cases.items():
