@@ -496,17 +496,28 @@ def _complete_tail(f: Any) -> bool:
 PENDING_LINES = 64
 
 
-def check_episodes_file(path: str | Path, run_key: str) -> None:
+_checked: dict[Path, tuple[Any, dict[tuple[str, str], LineRef]]] = {}  # the last file checked, as it was read
+
+
+def check_episodes_file(path: str | Path, run_key: str) -> dict[tuple[str, str], LineRef]:
     """Refuse an episodes file that is not this run's: a line that is no episode record, or another run key.
 
     Reads the file only: a refused run leaves it as it was (DataFormatError or ConfigError, naming the fix).
+    Returns its `latest_lines`; asked again for the file unchanged (size and time), it does not read it again.
     """
-    other = {line.run_key for line in latest_lines(path).values()} - {run_key}
+    path = Path(path)
+    stamp = _stamp(path)
+    kept = _checked.get(path)
+    by_id = kept[1] if kept is not None and stamp is not None and kept[0] == stamp else latest_lines(path)
+    _checked.clear()
+    _checked[path] = (stamp, by_id)
+    other = {line.run_key for line in by_id.values()} - {run_key}
     if other:
         raise ConfigError(
             f"{path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
             f"run is {run_key}); write to a new output path or delete that file"
         )
+    return by_id
 
 
 class EpisodeLog:
@@ -614,9 +625,8 @@ class EpisodeLog:
             )
 
     def _load(self, run_key: str) -> None:
-        check_episodes_file(self.path, run_key)  # before the file is touched: a refused run changes nothing
-        _drop_partial_tail(self.path)
-        by_id = latest_lines(self.path)
+        by_id = check_episodes_file(self.path, run_key)  # before the file is touched: a refused run changes nothing
+        _drop_partial_tail(self.path)  # only a last line: a cut-off one is not in `by_id`, a whole one keeps its offset
         # one run: one line per seed, its last; a finished episode's line is kept as its offset only
         self.latest: dict[int | None, LineRef] = {line.seed: line for line in by_id.values()}
 
