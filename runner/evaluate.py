@@ -408,6 +408,7 @@ def _signals_held(held: list[str]) -> Iterator[None]:
 
     In the main thread only (elsewhere the block runs as it is).
     """
+    import os
     import signal
     import threading
 
@@ -419,7 +420,8 @@ def _signals_held(held: list[str]) -> Iterator[None]:
         if held:
             raise KeyboardInterrupt
         held.append(signal.Signals(signum).name)
-        print("ifgym: writing the summary before stopping; interrupt again to stop without it", file=sys.stderr)
+        # straight to the descriptor: the handler may run inside a write to sys.stderr (a reentrant call there fails)
+        os.write(2, b"ifgym: writing the summary before stopping; interrupt again to stop without it\n")
 
     previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -144,3 +144,18 @@ def test_a_saved_yaml_file_is_rewritten_public(tmp_path):
     text = path.read_text()
     assert not any(c in text for c in (USER, PASSWORD, HEADER, SIG)) and "X-Gateway-Key" not in text
     assert "+policy.llm.headers=<hidden>" in text
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "p@ss:w=rd,1 (a, b)",  # as given
+        r"p@ss\:w\=rd\,1\ \(a\,\ b\)",  # escaped by Hydra, as in a sweep job's overrides
+        "p%40ss%3Aw%3Drd%2C1%20%28a%2C%20b%29",  # URL-encoded
+        "p%40ss%3Aw%3Drd%2C1+%28a%2C+b%29",  # form-encoded
+        json.dumps(r"p@ss\:w\=rd\,1\ \(a\,\ b\)")[1:-1],  # Hydra's escape inside a JSON file (run.json)
+    ],
+)
+def test_a_credential_with_special_characters_is_found_in_each_written_form(written):
+    remember_overrides(["+policy.llm.headers={X-Key:'p@ss:w=rd,1 (a, b)'}"])
+    assert redact(f"<{written}>") == "<[redacted]>"
