@@ -332,7 +332,11 @@ def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, 
     from ifgym.runner.evaluate import evaluate
 
     try:
-        return evaluate(cfg, folder, command=command, job=job, hydra_record=hydra_record(cfg))
+        # Hydra's record, unless the user asked Hydra to write it itself (hydra.output_subdir=…): then it is rewritten
+        record = hydra_record(cfg) if hc.output_subdir is None else None
+        for path in (folder / str(hc.output_subdir)).glob("*.yaml") if record is None else ():
+            public_yaml_file(path)
+        return evaluate(cfg, folder, command=command, job=job, hydra_record=record)
     except IfgymError as exc:
         _drop_if_empty(folder)
         if sweep:
