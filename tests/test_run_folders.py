@@ -220,3 +220,14 @@ def test_the_printed_resume_command_with_a_header_runs_as_printed(tmp_path, caps
         assert main(command[1:]) == 0
     assert [h.get("x-gateway-key") for h in server.headers] == [header] * len(server.headers)
     assert sorted(e["seed"] for e in lines(out) if not e.get("failed")) == [0, 1, 2]
+
+
+def test_hydras_own_record_when_asked_for_is_kept_without_credentials(tmp_path):
+    header = "canary-header-5e0b"
+    with CannedServer(replies=["Fine."]) as server:
+        args = [*eval_args(server, tmp_path / "episodes.jsonl", 1), "hydra.output_subdir=.hydra"]
+        assert main([*args, f"+policy.llm.headers={{X-Gateway-Key:{header}}}"]) == 0
+    written = {p.name: p.read_text() for p in (tmp_path / ".hydra").iterdir()}
+    assert sorted(written) == ["config.yaml", "hydra.yaml", "overrides.yaml"]  # Hydra's, as it wrote them
+    assert not any(header in text for text in written.values())
+    assert "+policy.llm.headers=<hidden>" in written["overrides.yaml"]
