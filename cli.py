@@ -74,9 +74,12 @@ commands:
 config groups (options are the YAML files in ifgym/conf/<group>/):
 {groups}
 policy wrappers: policy={{truncation, graphif, context_agent, self_refine}} wrap policy.base=chat|scripted|transformers
-               (chat uses policy.llm); graphif and context_agent call a light model at policy.light_llm
+               (chat uses policy.llm) or your own (policy.base._target_=pkg.Name); graphif and context_agent
+               call a light model at policy.light_llm
                policy=graphif_paper, context_agent_paper: each paper's settings (Context-Agent's summaries at
                policy.summary_llm)
+your own policy: policy=custom policy._target_=pkg.module.Name policy.ARG=VALUE (docs/plugins.md)
+a task package's env (its ifgym.tasks entry point): env.id=NS/Name-vN (env=plugin) +env.ARG=VALUE
 """
 
 
@@ -142,6 +145,7 @@ def _compose(overrides: list[str], config_dir: str | None = None, config_name: s
     from ifgym.conf.schema import register_configs
 
     register_configs()
+    overrides = with_package_env(overrides)
     if config_dir:  # as --config-dir does: the folder's configs come before ifgym's
         overrides = [*overrides, f"hydra.searchpath=[file://{Path(config_dir).resolve()}]"]
     with initialize_config_module(config_module="ifgym.conf", version_base="1.3"):
@@ -161,6 +165,22 @@ def compose(overrides: list[str], *, config_dir: str | None = None, config_name:
         raise ConfigError(_explain(exc, overrides, config_dir, config_name)) from None
     check_schema(cfg, overrides)
     return cfg
+
+
+PACKAGE_ENV = "env=plugin"  # the env preset of an installed task package's id: the id alone
+
+
+def with_package_env(args: Sequence[str]) -> list[str]:
+    """`args` with `env=plugin` first when `env.id=` names an id outside ifgym/ and no env preset is chosen.
+
+    Another package's env takes arguments of its own: the default preset's (EvolIF's) would be refused.
+    """
+    args = list(args)
+    ids = [a.partition("=")[2] for a in args if a.lstrip("+").startswith("env.id=")]
+    chosen = any(a.lstrip("+~").split("=", 1)[0] == "env" for a in args)
+    if ids and not chosen and not any(i.startswith("ifgym/") or "," in i for i in ids):
+        args.insert(0, PACKAGE_ENV)
+    return args
 
 
 def _flat_keys(node: Any, prefix: str = "") -> list[str]:
@@ -187,6 +207,9 @@ def _explain(
     if exc.__cause__ is not None:  # Hydra wraps the reason (e.g. "could not be converted to Integer")
         message += f": {str(exc.__cause__).splitlines()[0]}"
     generic = f"{message} — see `ifgym eval --help` for the config groups and keys"
+    unreadable = _unreadable_override(overrides)
+    if unreadable is not None:
+        return unreadable
     choices = [o for o in overrides if o.split("=", 1)[0] in (*GROUPS, TRAIN_GROUP)]
     for item in choices:
         group, option = item.split("=", 1)
@@ -212,6 +235,30 @@ def _explain(
                 )
             return f"unknown config key {key!r} in override {item!r}.{did_you_mean(key, known)} ({message})"
     return generic
+
+
+def _unreadable_override(overrides: Sequence[str]) -> str | None:
+    """The first override Hydra's grammar cannot read, named, with its value quoted as Hydra reads it; None if all read.
+
+    An unquoted value may not hold `=`, `?`, spaces and other characters of the grammar (a URL's query string);
+    quoted, it may: single quotes keep the shell from removing Hydra's double quotes.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for item in overrides:
+        try:
+            parser.parse_override(item)
+        except HydraException as exc:
+            key, _, value = item.partition("=")
+            quoted = f"'{key}=\"{value}\"'" if '"' not in value else f"\"{key}='{value}'\""
+            reason = str(exc).splitlines()[0]
+            return (
+                f"the override {item!r} cannot be read ({reason}): a value with =, ?, spaces or brackets in it must be "
+                f"quoted for Hydra, and the quotes kept from the shell: {quoted}"
+            )
+    return None
 
 
 def _judge_config(overrides: list[str]) -> dict[str, Any]:
@@ -457,6 +504,7 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
     from ifgym.conf.schema import register_configs
     from ifgym.errors import ConfigError
 
+    args = with_package_env(args)
     args, parsed = _hydra_flags(args, command)
     register_configs()
     # every credential on the command line is known before Hydra prints (`--cfg`, a sweep's launch lines) or saves it

@@ -128,11 +128,22 @@ class TransformersConf:
 class PolicyConf:
     """The model under test, optionally wrapped (truncation, graphif, context_agent, self_refine)."""
 
-    kind: str = _help("chat | scripted | transformers | truncation | graphif | context_agent | self_refine", "chat")
+    kind: str = _help(
+        "chat | scripted | transformers | truncation | graphif | context_agent | self_refine | custom", "chat"
+    )
+    _target_: str | None = _help(
+        "policy=custom: your policy's class or function, pkg.module.Name (built by Hydra's instantiate; the keys "
+        "under policy that are not listed here are its arguments, e.g. policy.temperature=0.3)",
+        None,
+    )
     llm: LLMConf = _help("how to reach the model (kind=chat, or base=chat under a wrapper)", default_factory=LLMConf)
     system_prompt: str | None = _help("system prompt the policy adds", None)
     replies: list[str] = _help("fixed replies (kind=scripted, or base=scripted under a wrapper)", default_factory=list)
-    base: str = _help("the policy a wrapper kind wraps: chat | scripted | transformers", "chat")
+    base: Any = _help(
+        "the policy a wrapper kind wraps: chat | scripted | transformers, or your own: policy.base._target_="
+        "pkg.module.Name (its arguments beside it, e.g. policy.base.temperature=0.3)",
+        "chat",
+    )
     require_server: bool = _help(
         "fail unless policy.llm.base_url is set (policy=openai: never fall back to embedded)", False
     )
@@ -318,10 +329,12 @@ class TrainConf:
 
 
 def check_schema(cfg: Any, overrides: Sequence[str] = ()) -> None:
-    """Refuse keys the schema does not have (added with `+key=…`), naming the override and the closest key.
+    """Refuse keys the schema does not have, naming the override and the closest key.
 
     `env` is open (its keys are the env's arguments, which the env itself checks, with a
-    did-you-mean); every other node is typed (`ifgym.conf.schema`).
+    did-you-mean); so is a node with a `_target_` (`policy` of policy=custom, `policy.base`): its other
+    keys are the arguments of your class, which calling it checks. Every other node is typed
+    (`ifgym.conf.schema`).
     """
     from dataclasses import fields, is_dataclass
 
@@ -335,7 +348,7 @@ def check_schema(cfg: Any, overrides: Sequence[str] = ()) -> None:
         schema = OmegaConf.get_type(node)
         if is_dataclass(schema):
             allowed = [f.name for f in fields(schema)]
-            for key in node:
+            for key in [] if node.get("_target_") is not None else node:
                 if key not in allowed:
                     name = prefix + str(key)
                     culprit = next((o for o in overrides if o.lstrip("+~").split("=", 1)[0] == name), None)
@@ -375,7 +388,11 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("ifgym.run_dir", _run_dir)
         OmegaConf.register_new_resolver("ifgym.sweep_dir", _sweep_dir, use_cache=True)
     store = ConfigStore.instance()
-    store.store(name="eval_schema", node=EvalConf)
+    schema = OmegaConf.structured(EvalConf)
+    # the policy node takes keys the schema lacks, in presets and overrides alike (no `+`): the arguments of a
+    # policy of your own beside its `_target_`; `check_schema` refuses them under any other policy
+    OmegaConf.set_struct(schema.policy, False)
+    store.store(name="eval_schema", node=schema)
     store.store(name="train_schema", node=TrainConf)
     # typed LLM settings for env options that take a model: `defaults: [/llm_schema@user_llm, _self_]`
     store.store(name="llm_schema", node=LLMConf)

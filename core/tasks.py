@@ -10,20 +10,27 @@ Each task's descriptor is defined with its metrics (`ifgym.rewards.tasks`); the 
 registers them by name with string entry points (as it registers the env ids), so this neutral
 module names no room and a descriptor is imported only when first asked for. `register` also takes
 a `Task` itself (a task of one's own).
+
+Installed packages add tasks through the entry point group `ifgym.tasks` (docs/plugins.md): each entry
+point is a function that registers the package's env ids with gymnasium and its descriptors here.
+`load_plugins` calls them, once, when ifgym meets a task name or an env id it does not know.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ifgym.core.turns import Episode, TurnRecord
-from ifgym.errors import DataFormatError, UnknownNameError
+from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 
-__all__ = ["Task", "recorded_user_meta", "register", "task", "task_of", "task_names"]
+__all__ = ["Task", "load_plugins", "recorded_user_meta", "register", "task", "task_of", "task_names"]
+
+ENTRY_POINT_GROUP = "ifgym.tasks"
 
 
 def recorded_user_meta(episode: Episode, at: int) -> dict[str, Any]:
@@ -96,8 +103,35 @@ def task_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+_loaded: dict[str, str] = {}  # entry point name -> the distribution that gave it, once its function has run
+
+
+def load_plugins() -> dict[str, str]:
+    """Run the `ifgym.tasks` entry point of every installed package not run yet; entry point name -> package.
+
+    Each entry point names a function of no arguments that registers its package's env ids
+    (`gymnasium.register`) and task descriptors (`register`). One that fails raises a ConfigError
+    naming it and its package: a task package that cannot load is never skipped silently.
+    """
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.name in _loaded:
+            continue
+        package = f"{entry.dist.name} {entry.dist.version}" if entry.dist is not None else "an unknown package"
+        try:
+            entry.load()()
+        except Exception as exc:
+            raise ConfigError(
+                f"the {ENTRY_POINT_GROUP} entry point {entry.name!r} = {entry.value!r} of {package} failed: "
+                f"{type(exc).__name__}: {exc} (reinstall or uninstall that package)"
+            ) from exc
+        _loaded[entry.name] = package
+    return dict(_loaded)
+
+
 def task(name: str) -> Task:
     """The registered task called `name` (an unknown one gets a did-you-mean)."""
+    if name not in _REGISTRY:  # an installed task package's, perhaps
+        load_plugins()
     entry = _REGISTRY.get(name)
     if entry is None:
         raise UnknownNameError("task", name, task_names())
@@ -122,6 +156,8 @@ def task_of(episode: Episode) -> Task:
     rescoring, exports, TRL rewards) dispatches on what this returns.
     """
     name = episode.meta.get("task") or _name_from_env_id(episode.env_id)
+    if name not in _REGISTRY:  # an installed task package's, perhaps
+        load_plugins()
     if name not in _REGISTRY:
         raise DataFormatError(
             f"episode {episode.episode_id!r} (env {episode.env_id!r}) names no registered task "

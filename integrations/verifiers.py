@@ -135,11 +135,15 @@ class IfgymEnv(vf.Env[IfgymEnvConfig]):
 
 
 def _make(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
+    from ifgym.core.tasks import load_plugins
+    from ifgym.runner.build import known_env_ids
+
+    if env_id not in gym.registry:  # an installed task package's id, perhaps
+        load_plugins()
     try:
         return gym.make(env_id, **dict(env_kwargs))
     except gym.error.Error as exc:
-        ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
-        raise ConfigError(f"env_id={env_id}: {exc} (ifgym's ids: {ids})") from None
+        raise ConfigError(f"env_id={env_id}: {exc} ({known_env_ids()})") from None
 
 
 def _record(trace: Any, episode: Episode, env: Any, cfg: IfgymTasksetConfig) -> None:

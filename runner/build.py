@@ -20,6 +20,11 @@ ROLE_CONFIG_KEYS = {
 }
 
 
+def role_config_key(role: str) -> str:
+    """Where a model role's settings are given: `policy.llm`, `judge.llm`, … (an env's role: `env.<role>_llm`)."""
+    return ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm")
+
+
 def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: str | None = None) -> Any:
     """One client per role for the whole run (shared by every episode: one semaphore, one usage counter).
 
@@ -28,7 +33,7 @@ def _client_for(role: str, settings: Any, clients: dict[str, Any], config_key: s
     """
     from ifgym.llm import make_client
 
-    clients[role] = make_client(settings, role, config_key or ROLE_CONFIG_KEYS.get(role, f"env.{role}_llm"))
+    clients[role] = make_client(settings, role, config_key or role_config_key(role))
     return clients[role]
 
 
@@ -71,13 +76,15 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     """A factory of fresh policies (one per episode: policies keep per-episode state).
 
     Wrapper kinds (truncation, graphif, context_agent, self_refine) wrap a fresh base policy (`policy.base`:
-    chat, scripted or transformers); graphif and context_agent share one light-model client (role "light").
+    chat, scripted or transformers, or a policy of your own: a node with `_target_`, see `plugged_policy`);
+    graphif and context_agent share one light-model client (role "light").
     Context_agent's decision and summary models each default to the other: of `policy.light_llm` and
     `policy.summary_llm`, one left equal to `policy.llm` takes the other's settings; the summaries go
     to a client of their own (role "summary") only when the two differ.
     Kinds chat (policy=embedded, openai) and transformers are the full-history baseline: they run through
     `Truncation(k=None)`, which sends the transcript unchanged and keeps the same per-turn cost
     records as the wrappers (calls, tokens, context tokens), so its calls/turn and ACT are reported.
+    Kind custom (policy=custom) is `policy._target_` built with the keys under policy that are not ifgym's own.
     """
     from ifgym.errors import ConfigError, UnknownNameError
     from ifgym.policies import ChatPolicy, ContextAgent, GraphIF, ScriptedPolicy, SelfRefine, Truncation
@@ -86,10 +93,28 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     kind = policy_cfg["kind"]
     if kind not in POLICY_KINDS:
         raise UnknownNameError("policy kind", kind, POLICY_KINDS)
+    if kind == "custom":
+        return plugged_policy(policy_cfg, "policy", own_keys=policy_keys())
+    if policy_cfg.get("_target_") is not None:
+        where = "policy.base._target_" if kind not in BASE_KINDS else "policy=custom policy._target_"
+        raise ConfigError(
+            f"policy._target_={policy_cfg['_target_']} is read with policy=custom only (policy.kind is {kind!r}): "
+            f"give your policy as {where}=pkg.module.Name"
+        )
+    if kind in BASE_KINDS and isinstance(policy_cfg.get("base"), dict):
+        raise ConfigError(
+            f"policy.base (a policy of your own to wrap) is read by the wrappers only, not by policy.kind={kind}: "
+            "choose one (policy=truncation, graphif, context_agent, self_refine), or run your policy alone with "
+            "policy=custom policy._target_=pkg.module.Name"
+        )
     base = kind if kind in BASE_KINDS else policy_cfg.get("base", "chat")
-    if base not in BASE_KINDS:
-        raise UnknownNameError("policy.base (the policy a wrapper wraps)", base, BASE_KINDS)
-    if base == "chat":
+    if isinstance(base, dict):
+        make_base = plugged_policy(base, "policy.base")
+    elif base not in BASE_KINDS:
+        raise UnknownNameError(
+            "policy.base (the policy a wrapper wraps; your own: policy.base._target_=pkg.module.Name)", base, BASE_KINDS
+        )
+    elif base == "chat":
         if policy_cfg.get("require_server") and not policy_cfg["llm"]["base_url"]:
             raise ConfigError(
                 "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 (or OPENAI_BASE_URL in the "
@@ -156,7 +181,117 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
 BASE_KINDS = ("chat", "scripted", "transformers")
 
 
-POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent", "self_refine")
+POLICY_KINDS = (*BASE_KINDS, "truncation", "graphif", "context_agent", "self_refine", "custom")
+
+
+def policy_keys() -> tuple[str, ...]:
+    """The keys under `policy` that are ifgym's own (the schema's); the others beside its `_target_` are arguments."""
+    from dataclasses import fields
+
+    from ifgym.conf.schema import PolicyConf
+
+    return tuple(f.name for f in fields(PolicyConf))
+
+
+def plugged_policy(node: dict[str, Any], key: str, own_keys: tuple[str, ...] = ()) -> Callable[[], Any]:
+    """A factory of `PluggedPolicy`s from the config node at `key`: its `_target_` called with its other keys.
+
+    Hydra's `instantiate` builds the object (nested `_target_`s, `_partial_` and `_args_` as Hydra reads them;
+    arguments as plain dicts and lists) once per episode, and once now, so a bad target or argument fails
+    before any episode with a message naming `key`. `own_keys` are keys of the node that are not arguments.
+    """
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    from ifgym.errors import ConfigError
+    from ifgym.policies import PluggedPolicy
+    from ifgym.policies.plugged import qualified_name
+
+    target = node.get("_target_")
+    if not isinstance(target, str) or not target:
+        raise ConfigError(
+            f"{key} needs {key}._target_=pkg.module.Name (a class or function of yours; its arguments as keys beside "
+            f"it, e.g. {key}.temperature=0.3); got {key}={node!r:.200}"
+        )
+    located = locate(target, f"{key}._target_")
+    arguments = {k: v for k, v in node.items() if k not in own_keys or k == "_target_"}
+    spec = {"_convert_": "all", **arguments}
+    given = ", ".join(f"{key}.{k}" for k in arguments if k != "_target_") or "none"
+
+    def make() -> Any:
+        try:
+            built = instantiate(spec)
+        except InstantiationException as exc:
+            cause = exc.__cause__ or exc
+            hint = ""
+            if not isinstance(located, type) and isinstance(cause, TypeError) and "missing" in str(cause):
+                hint = f" (a function messages -> str is the policy itself: add {key}._partial_=true)"
+            raise ConfigError(
+                f"{key}._target_={target}: calling it with its arguments ({given}) failed: "
+                f"{type(cause).__name__}: {cause}{hint}"
+            ) from None
+        try:
+            return PluggedPolicy(built, qualified_name(located))
+        except ConfigError as exc:
+            raise ConfigError(f"{key}._target_={target}: {exc}") from None
+
+    make()
+    return make
+
+
+def locate(path: str, key: str) -> Any:
+    """The object at the dotted `path` (`pkg.module.Name`), importing its module; a ConfigError naming `key` if not.
+
+    The message says which part is missing, with the closest name the module or package has.
+    """
+    import importlib
+    import pkgutil
+
+    from ifgym.errors import ConfigError, did_you_mean
+
+    parts = path.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise ConfigError(f"{key}={path} is not a dotted name pkg.module.Name")
+    module, found = None, 0
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            module, found = importlib.import_module(name), i
+            break
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # this module (or its package) does not exist: try the shorter name
+            raise ConfigError(f"{key}={path}: importing {name} failed: ModuleNotFoundError: {exc}") from None
+        except Exception as exc:  # the module exists but raised while importing: its own error, shown
+            raise ConfigError(f"{key}={path}: importing {name} failed: {type(exc).__name__}: {exc}") from None
+    if module is None:
+        raise ConfigError(
+            f"{key}={path}: no module named {parts[0]!r} (is its package installed in this environment, or its "
+            "folder on PYTHONPATH?)"
+        )
+    obj = module
+    for i in range(found, len(parts)):
+        if not hasattr(obj, parts[i]):
+            names = set(dir(obj))
+            if hasattr(obj, "__path__"):  # a package: its submodules too
+                names |= {m.name for m in pkgutil.iter_modules(obj.__path__)}
+            where = ".".join(parts[:i])
+            close = did_you_mean(parts[i], sorted(n for n in names if not n.startswith("_")))
+            close = close.replace("'", f"'{where}.", 1) if close else ""
+            raise ConfigError(f"{key}={path}: {where} has no {parts[i]!r}.{close}")
+        obj = getattr(obj, parts[i])
+    return obj
+
+
+def policy_protocol(policy: Any) -> dict[str, Any] | None:
+    """What the results table says of the policy (its `protocol()`), naming a base of your own; None without one."""
+    from ifgym.policies import PluggedPolicy
+
+    setup = getattr(policy, "protocol", None)
+    if not callable(setup):
+        return None
+    base = getattr(policy, "base", None)
+    return setup() | ({"base": base.name} if isinstance(base, PluggedPolicy) else {})
 
 
 def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[str, Any]) -> Callable[[], Any]:
@@ -192,11 +327,21 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
     try:  # fail on a bad env config (misspelt arguments get a did-you-mean) before any model call
         make_env().close()
     except gym.error.Error as exc:  # gymnasium's own: an unknown id, with its did-you-mean
-        ids = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
-        raise ConfigError(f"env.id={env_id}: {exc} (ifgym's ids: {ids})") from None
+        raise ConfigError(f"env.id={env_id}: {exc} ({known_env_ids()})") from None
     except IfgymError as exc:  # the env refused an argument: say which env it was
         raise ConfigError(f"env ({env_id}): {exc}") from None
     return make_env
+
+
+def known_env_ids() -> str:
+    """The env ids there are, in words: ifgym's, and the installed task packages (`ifgym.tasks` entry points)."""
+    import gymnasium as gym
+
+    from ifgym.core.tasks import load_plugins
+
+    packages = sorted(set(load_plugins().values()))
+    ours = ", ".join(i for i in gym.registry if i.startswith("ifgym/"))
+    return f"ifgym's ids: {ours}" + (f"; task packages installed: {', '.join(packages)}" if packages else "")
 
 
 # Envs whose checks `_EnvChecks` watches at once (it holds them: a run of one-turn episodes never passes the checks)
@@ -224,6 +369,10 @@ class _EnvChecks:
         import gymnasium as gym
         from gymnasium.wrappers import PassiveEnvChecker
 
+        from ifgym.core.tasks import load_plugins
+
+        if env_id not in gym.registry:  # an installed task package's id, perhaps (in a Ray worker too)
+            load_plugins()
         if "disable_env_checker" in kwargs:
             return gym.make(env_id, **kwargs)
         if not self.passed and any(checker.checked_data_reuse for checker in self._checkers):

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from ifgym.conf.schema import check_schema
-from ifgym.runner.build import build_env, build_policy, check_model_servers, fill_request_limits, use_cache
+from ifgym.plotting import PLOT_INSTALL, can_plot
+from ifgym.runner.build import (
+    build_env,
+    build_policy,
+    check_model_servers,
+    fill_request_limits,
+    policy_protocol,
+    use_cache,
+)
 from ifgym.runner.judge_gate import audit_judge
 from ifgym.runner.records import run_key, stale_summary
 from ifgym.runner.redaction import remember_config
@@ -143,6 +151,10 @@ def evaluate(
     key = run_key(resolved)
     if resolved["episodes"] < 1:
         raise ConfigError(f"episodes must be >= 1, got {resolved['episodes']}")
+    if resolved["plots"] and not can_plot():  # said before any episode, not after the run
+        raise ConfigError(
+            f"plots=true (the default) draws with matplotlib, which is not installed: {PLOT_INSTALL}; or plots=false"
+        )
     if (job or {}).get("mode") == "MULTIRUN" and resolved["output"]:
         raise ConfigError(
             f"output={resolved['output']} would give every job of the sweep the same episodes file; drop output= "
@@ -219,9 +231,9 @@ def evaluate(
             summary_note = stale_summary(out.parent / summary_name, stale)
             if summary_note:
                 print(f"ifgym: {summary_note}", file=sys.stderr)
-        setup = getattr(make_policy(), "protocol", None)  # a wrapper names its setup and its paper's differences
-        if callable(setup):
-            record.data["policy_protocol"] = setup()
+        setup = policy_protocol(make_policy())  # a wrapper names its setup and its paper's differences
+        if setup is not None:
+            record.data["policy_protocol"] = setup
         if hydra_record and run_dir is not None:
             write_hydra_record(Path(run_dir), hydra_record)
         record.start(clients)

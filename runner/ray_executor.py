@@ -50,7 +50,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ConfigError("executor=ray needs Ray: pip install 'ifgym[ray]' (ray==2.60.0)") from None
+        raise ConfigError("executor=ray needs Ray: pip install 'ifgym[ray]' (ray>=2.60,<3)") from None
     return ray
 
 

@@ -102,6 +102,7 @@ KEYS_ADDED_LATER = {
     "policy.self_refine": {"rounds": 1},
     "env.judge_golden": False,
     "judge.threshold": None,  # probability mode's P(yes) threshold (issue 25)
+    "policy._target_": None,  # a policy of your own (policy=custom)
 }
 
 

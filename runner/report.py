@@ -222,13 +222,15 @@ MAX_TOKENS_WARN_SHARE = 0.1  # a role's replies cut at max_tokens, from this sha
 
 def max_tokens_warnings(usage: dict[str, dict[str, int]]) -> list[str]:
     """A warning line per role whose replies often stopped at `max_tokens` (finish_reason "length": cut mid-answer)."""
+    from ifgym.runner.build import role_config_key
+
     lines = []
     for role, counts in usage.items():
         stops, calls = counts.get("max_tokens_stops", 0), counts.get("calls", 0)
         if calls and stops / calls >= MAX_TOKENS_WARN_SHARE:
             lines.append(
                 f"warning: {stops} of {calls} {role} replies ({stops / calls:.0%}) stopped at max_tokens "
-                f"(finish_reason 'length'), cut mid-answer; raise the {role} model's max_tokens"
+                f"(finish_reason 'length'), cut mid-answer; raise it: {role_config_key(role)}.max_tokens=N"
             )
     return lines
 
@@ -423,11 +425,12 @@ def fit_layout(fig: Any) -> None:
 
 def survival_figure(points: Sequence[tuple[int, float]], subtitle: str) -> Any:
     """The survival curve as a matplotlib Figure: a step line over whole turns, titled with what was measured."""
-    from matplotlib.figure import Figure  # not pyplot: its import and figure registry cost ~0.2 s, unused here
+    from ifgym.plotting import new_figure
+
+    fig = new_figure("the survival plot", figsize=(7, 4))
     from matplotlib.ticker import MaxNLocator
 
     turns, shares = zip(*points, strict=True)
-    fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
     ax.step(turns, shares, where="post")
     ax.set(xlabel="turn", ylabel="share of dialogues still going", ylim=(0, 1.05), xlim=(0, max(turns) + 0.5))
@@ -446,12 +449,12 @@ def group_figure(
     A rate of 0 is drawn as a visible bar outline with "0.00" above it (not a gap that looks like
     a missing group); a group without a rate is labelled "n/a"; intervals are error bars.
     """
-    from matplotlib.figure import Figure
+    from ifgym.plotting import new_figure
 
     groups = list(next(iter(rates.values())))
     modes = list(rates)
     width = 0.8 / len(modes)
-    fig = Figure(figsize=(max(6.0, 0.9 * len(groups) + 2), 4.2))
+    fig = new_figure(f"the pass-rate plot per {what}", figsize=(max(6.0, 0.9 * len(groups) + 2), 4.2))
     ax = fig.subplots()
     for m, mode in enumerate(modes):
         xs = [i + (m - (len(modes) - 1) / 2) * width for i in range(len(groups))]
@@ -610,11 +613,11 @@ def comparison_figure(
     `summaries` maps a label (a sweep job's varied overrides, a run name) to its run summary; a run
     without an interval for a metric gets a bare point, one without the metric "n/a".
     """
-    from matplotlib.figure import Figure
+    from ifgym.plotting import new_figure
 
     metrics = list(metrics)
     labels = list(summaries)
-    fig = Figure(figsize=(max(4.0, 1.2 * len(labels)) * len(metrics) / 1.5, 3.8))
+    fig = new_figure("the comparison plot", figsize=(max(4.0, 1.2 * len(labels)) * len(metrics) / 1.5, 3.8))
     axes = fig.subplots(1, len(metrics))
     axes = [axes] if len(metrics) == 1 else list(axes)
     for ax, metric in zip(axes, metrics, strict=True):

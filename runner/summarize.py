@@ -124,6 +124,9 @@ def report_run(
     }
     if "transformers" in (policy["kind"], policy.get("base")):  # in process: no client names the model
         summary["run"]["policy_model"] = (policy.get("transformers") or {}).get("model")
+    own = policy if policy["kind"] == "custom" else policy.get("base")
+    if isinstance(own, dict) and own.get("_target_"):  # a policy of your own: its class names it
+        summary["run"]["policy_model"] = own["_target_"]
     if ci_settings is not None and finished:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)

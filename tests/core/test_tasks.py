@@ -162,3 +162,42 @@ def test_a_runs_file_names_each_episodes_task_and_reads_back_without_it(tmp_path
         del line["meta"]["task"]
     out.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     assert [task_of(e).name for e in read_episodes(out)] == ["structflow", "structflow"]
+
+
+def test_a_task_package_that_fails_to_load_is_named(monkeypatch):
+    import importlib.metadata
+
+    from ifgym.core import tasks
+    from ifgym.errors import ConfigError
+
+    # stands for an installed package whose ifgym.tasks entry point names a module that is gone
+    broken = importlib.metadata.EntryPoint("broken", "no_such_task_module:register", tasks.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(tasks.importlib.metadata, "entry_points", lambda group: [broken])
+    with pytest.raises(ConfigError) as caught:
+        task("no_such_task")
+    assert str(caught.value).startswith(
+        "the ifgym.tasks entry point 'broken' = 'no_such_task_module:register' of an unknown package failed: "
+        "ModuleNotFoundError: No module named 'no_such_task_module'"
+    )
+    assert "broken" not in tasks._loaded  # tried again next time, never skipped
+
+
+def test_a_task_package_registers_its_task_when_an_unknown_name_is_asked(monkeypatch):
+    import importlib.metadata
+    import sys
+    import types
+
+    from ifgym.core import tasks
+    from ifgym.rewards.tasks import EVOLIF
+
+    # stands for an installed package: a module with a register function, and its entry point
+    module = types.ModuleType("fake_task_package")
+    module.register = lambda: register(Task(**{**EVOLIF.__dict__, "name": "fake_task"}))
+    monkeypatch.setitem(sys.modules, "fake_task_package", module)
+    entry = importlib.metadata.EntryPoint("fake", "fake_task_package:register", tasks.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(tasks.importlib.metadata, "entry_points", lambda group: [entry])
+    monkeypatch.delitem(tasks._loaded, "fake", raising=False)  # both put back as they were after the test
+    monkeypatch.delitem(tasks._REGISTRY, "fake_task", raising=False)
+    assert "fake_task" not in task_names()
+    assert task("fake_task").headline_metric == EVOLIF.headline_metric
+    assert tasks._loaded["fake"] == "an unknown package"

@@ -264,8 +264,10 @@ def test_a_role_whose_replies_often_stop_at_max_tokens_gets_a_warning():
     usage = {"policy": {"calls": 40, "max_tokens_stops": 12}, "judge": {"calls": 40, "max_tokens_stops": 1}}
     assert max_tokens_warnings(usage) == [
         "warning: 12 of 40 policy replies (30%) stopped at max_tokens (finish_reason 'length'), cut mid-answer; "
-        "raise the policy model's max_tokens"
+        "raise it: policy.llm.max_tokens=N"
     ]
+    # an env's model role is set at env.<role>_llm
+    assert max_tokens_warnings({"user": {"calls": 10, "max_tokens_stops": 5}})[0].endswith("env.user_llm.max_tokens=N")
 
 
 def test_a_sweep_shows_the_headline_metric_first_in_its_table_and_plot(tmp_path):
