@@ -63,7 +63,8 @@ commands:
                              pairs=all|best_worst), turns (one row per turn with verdicts); JSON Lines
   view RUN [RUN_B] [--serve]  write report.html into RUN's folder (one run, or two side by side by seed): results
                              with intervals, plots, judge audit, transcripts; --serve serves it on 127.0.0.1 to label
-                             a sample of the judge's verdicts into labels.jsonl (--port N --idle-seconds S --sample N)
+                             a sample of the judge's verdicts into labels.jsonl (--port N --idle-seconds S --sample N);
+                             a folder of runs (view runs/): runs.html, every run below it, sortable, opening each
   agreement RUN [resamples= level= seed=]  the judge against the human labels of RUN (labels.jsonl): kappa,
                              accuracy and yes-rate on the human's negatives per group with bootstrap intervals,
                              written to summary.json and to the run's W&B run when it has one

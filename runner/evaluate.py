@@ -294,6 +294,9 @@ def _play_and_report(
                         job,
                         loose=has_loose(first_env),
                     )
+                    if logger is not None:  # the W&B run's id, stored: `ifgym agreement` resumes it by id
+                        record.data["wandb"] = logger.identity()
+                        record.write()
                 executor = resolved["executor"]
                 if executor["kind"] not in ("local", "ray"):
                     raise ConfigError(f"executor.kind must be local or ray, got {executor['kind']!r}")
@@ -373,7 +376,8 @@ def _play_and_report(
         record.fail(exc)
         raise
     if logger and not interrupted:
-        logger.finish(result.episodes, summary, plots, charts=charts)
+        files = [out, out.parent / record.data["summary"], record.path]
+        logger.finish(result.episodes, summary, plots, charts=charts, files=files)
         if logger.settings["mode"] == "offline":
             print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
     written = (

@@ -15,7 +15,8 @@ from ifgym.core.tasks import Task
 COUNTS = ("episodes", "turns", "items", "failed_turns", "undetermined_turns", "unknown")  # whole numbers
 
 
-def _fmt(value: Any, name: str = "") -> str:
+def metric_text(value: Any, name: str = "") -> str:
+    """A metric's value as tables print it: a count (`COUNTS`) as a whole number, a rate to 3 places, NaN as n/a."""
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"
@@ -111,15 +112,19 @@ def policy_label(run: dict[str, Any]) -> str:
     return str(model) if kind in PLAIN_POLICIES else f"{kind} over {model}"
 
 
+def judge_label(run: dict[str, Any]) -> str:
+    """The judge of a run's summary in a few words: its model, or `rules`."""
+    judge = str(run.get("judge", "rules"))
+    return "rules" if judge == "rules" else str(_model(run, "judge") or judge)
+
+
 def run_title(summary: dict[str, Any]) -> str:
     """What was measured, in one line: env, policy model, judge, protocol, episodes and date (from `summary["run"]`)."""
     run = summary.get("run") or {}
     parts = [str(run.get("env", "?"))]
     parts.append(f"policy {policy_label(run)}")
-    judge = run.get("judge", "rules")
     agreement = real_agreement(summary.get("judge") or {}, short=True)
-    named = f"judge {_model(run, 'judge') or judge}" + (f" ({agreement})" if agreement else "")
-    parts.append(named if judge != "rules" else "judge rules")
+    parts.append(f"judge {judge_label(run)}" + (f" ({agreement})" if agreement else ""))
     parts.append(count(summary.get("episodes", "?"), "episode"))
     if run.get("started"):
         parts.append(str(run["started"])[:10])
@@ -166,9 +171,9 @@ def results_table(summary: dict[str, Any]) -> str:
     rows = [
         (
             f"{name} *" if name == headline else name,
-            _fmt(strict[name], name),
+            metric_text(strict[name], name),
             _interval(ci_strict, name),
-            _fmt(loose.get(name, ""), name),
+            metric_text(loose.get(name, ""), name),
             _interval(ci_loose, name),
         )
         for name in strict
@@ -574,7 +579,7 @@ def write_sweep(jobs: Sequence[dict[str, Any]], folder: Path) -> dict[str, Any]:
         value, low, high = row.get(f"strict/{m}"), row.get(f"strict/{m}/ci_low"), row.get(f"strict/{m}/ci_high")
         if value is None:
             return ""
-        return _fmt(float(value)) + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
+        return metric_text(float(value)) + (f" [{low:.3f}, {high:.3f}]" if low is not None else "")
 
     shown = metrics[:SHOWN_METRICS]  # the CSV has them all
     table = [["job", "varied", "status", "episodes", *(f"{m} (strict)" for m in shown)]]

@@ -122,6 +122,8 @@ def report_run(
         "judge": resolved["judge"]["kind"],
         "models": record.data["models"],
     }
+    if record.data.get("wandb"):  # the W&B run this run is logged to (run.json stores it too)
+        summary["run"]["wandb"] = record.data["wandb"]
     if "transformers" in (policy["kind"], policy.get("base")):  # in process: no client names the model
         summary["run"]["policy_model"] = (policy.get("transformers") or {}).get("model")
     own = policy if policy["kind"] == "custom" else policy.get("base")

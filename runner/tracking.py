@@ -12,8 +12,11 @@ the run's metrics with their bootstrap intervals (`strict/CSR`, `strict/CSR/ci_l
 tokens per role (`usage/<role>/…`), the policy's cost figures and the judge with its audit's numbers
 (`judge/mode`, `judge/audit/accuracy` …), never the last episode's values;
 the survival curve and per-group pass rates as native charts (`wandb.plot.line`, `wandb.plot.bar`)
-and as the PNGs; and a transcript table with each turn's reward, patience, and verdict labels and
-reasons, strict and loose.
+and as the PNGs; a transcript table with each turn's reward, patience, and verdict labels and
+reasons, strict and loose; and the run's files (episodes, summary.json, run.json, plots and the task's
+report files) as a versioned artifact of type `evaluation`, named after the run's settings
+(`<env>-<run_key>`, as the default run folder), so each evaluation of the same settings is a new version.
+The W&B run's id, project and entity are stored in run.json (`wandb`) and summary.json (`run.wandb`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.runner.records import RECORD_FILE, run_name
 from ifgym.runner.redaction import public, public_argv
 
 WANDB_INSTALL = "pip install 'ifgym[wandb]'  (wandb>=0.17,<0.32; make's set-up installs it)"
@@ -175,25 +179,35 @@ def import_wandb() -> Any:
     return wandb
 
 
-def wandb_run_id(folder: Path) -> str | None:
-    """The id of the W&B run `ifgym eval logger=wandb` wrote into a run folder (its latest), or None."""
-    runs = sorted(p.name for p in (folder / "wandb").glob("*run-*") if p.is_dir())
-    ids = [m.group(1) for m in (re.fullmatch(r"(?:offline-)?run-\d{8}_\d{6}-(\w+)", name) for name in runs) if m]
-    return ids[-1] if ids else None
+def stored_run(folder: Path) -> dict[str, Any] | None:
+    """The W&B run `ifgym eval logger=wandb` logged a run folder to, as its run.json stores it (`wandb`), or None."""
+    import json
+
+    record = folder / RECORD_FILE
+    if not record.is_file():
+        return None
+    stored = json.loads(record.read_text(encoding="utf-8")).get("wandb")
+    return stored if isinstance(stored, dict) and stored.get("id") else None
 
 
 def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
     """Add `ifgym agreement`'s result to the summary of the run's W&B run (resumed by id); the W&B mode used.
 
-    None when the folder holds no W&B run, or W&B is disabled (WANDB_MODE, or the run's logger.mode).
-    The settings are the run's (its `run.json` config's logger) as `resolve_settings` reads them.
+    None when the folder's run.json stores no W&B run, or W&B is disabled (WANDB_MODE, or the run's
+    logger.mode). The run is resumed in the project and entity run.json stores; the mode and folder are
+    the run's settings (its `run.json` config's logger) as `resolve_settings` reads them.
     """
     import json
+    import sys
 
-    from ifgym.runner.records import RECORD_FILE
-
-    run_id = wandb_run_id(folder)
-    if run_id is None:
+    stored = stored_run(folder)
+    if stored is None:
+        if (folder / "wandb").is_dir():  # an older ifgym logged it, but stored no id to resume it by
+            print(
+                f"W&B: {folder / RECORD_FILE} stores no W&B run id (written by an older ifgym): the agreement is "
+                "in summary.json only",
+                file=sys.stderr,
+            )
         return None
     record = folder / RECORD_FILE
     config = json.loads(record.read_text(encoding="utf-8")).get("config", {}) if record.exists() else {}
@@ -204,10 +218,10 @@ def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
 
     with public_argv():  # `ifgym agreement` takes no credentials, but W&B's metadata never sees any
         run = wandb.init(
-            id=run_id,
+            id=stored["id"],
             resume="allow",
-            project=settings["project"],
-            entity=settings["entity"],
+            project=stored.get("project") or settings["project"],
+            entity=stored.get("entity") or settings["entity"],
             mode=settings["mode"],
             dir=settings["dir"],
             reinit="finish_previous",
@@ -218,7 +232,7 @@ def log_agreement(folder: Path, result: Mapping[str, Any]) -> str | None:
 
 
 class WandbLogger:
-    """Logs one run to W&B: config, per-episode history, run summary, native charts, plots, transcripts."""
+    """Logs one run to W&B: config, per-episode history, run summary, native charts, plots, transcripts, files."""
 
     def __init__(
         self,
@@ -252,8 +266,20 @@ class WandbLogger:
         self.run.define_metric("episode/*", summary="none")
         self._summarize = summarize
         self._loose = loose
+        # W&B allows letters, digits, `-`, `_` and `.` in an artifact's name
+        self.artifact_name = re.sub(r"[^\w.-]", "-", run_name(config))
         self._logged: set[int | None] = set()
         self._step = 0
+
+    def identity(self) -> dict[str, Any]:
+        """What run.json and summary.json store of the W&B run: its id, project, entity, mode and address."""
+        return {
+            "id": self.run.id,
+            "project": self.run.project,
+            "entity": self.run.entity or None,
+            "mode": self.settings["mode"],
+            "url": self.run.url if self.settings["mode"] == "online" else None,
+        }
 
     def log_episode(self, episode: Episode) -> None:
         """One episode's metrics (strict and loose), length and policy usage as one history step."""
@@ -273,10 +299,12 @@ class WandbLogger:
         plots: Mapping[str, Path],
         *,
         charts: Mapping[str, Any] | None = None,
+        files: Sequence[Path] = (),
     ) -> None:
-        """Log what a resumed run played before, the run summary, charts, plots and transcripts; close the run.
+        """Log what a resumed run played before, the summary, charts, plots, transcripts and artifact; close the run.
 
         `charts`: `report.chart_data` (survival curve, pass rates per group) for the native charts.
+        `files`: the run's own files (episodes, summary.json, run.json), put in the artifact with `plots`.
         """
         wandb = self._wandb
         for episode in episodes:  # episodes finished in an earlier, interrupted session of this run
@@ -299,9 +327,35 @@ class WandbLogger:
             payload[f"charts/group_pass_rates_{mode}"] = wandb.plot.bar(
                 table, "group", "pass rate", title=f"Pass rate per constraint group ({mode})"
             )
-        payload.update({f"plots/{name}": wandb.Image(str(path)) for name, path in plots.items()})
+        # a task's report files beside the plots (FlexBench's dimension table) are in the artifact, not images
+        payload.update(
+            {f"plots/{name}": wandb.Image(str(path)) for name, path in plots.items() if path.suffix == ".png"}
+        )
         self.run.log(payload, step=self._step)
+        self.run.log_artifact(self.artifact(summary, [*files, *plots.values()]))
         self.run.finish()
+
+    def artifact(self, summary: Mapping[str, Any], files: Sequence[Path]) -> Any:
+        """The run's files as an `evaluation` artifact, its metadata the run's settings key and headline figures."""
+        run = summary.get("run") or {}
+        metadata: dict[str, Any] = {
+            "run_key": run.get("run_key"),
+            "env": run.get("env"),
+            "policy": run.get("policy"),
+            "judge": run.get("judge"),
+            "episodes": summary.get("episodes"),
+            "headline_metric": summary.get("headline_metric"),
+        }
+        metadata.update(_flat("strict", {k: v for k, v in (summary.get("strict") or {}).items() if "/" not in k}))
+        artifact = self._wandb.Artifact(
+            name=self.artifact_name,
+            type="evaluation",
+            description=f"ifgym eval of {run.get('env', '?')}: episodes, summary, record and report",
+            metadata=metadata,
+        )
+        for path in dict.fromkeys(Path(p) for p in files):  # each file once, under its own name
+            artifact.add_file(str(path), name=path.name)
+        return artifact
 
     def transcripts(self, episodes: Sequence[Episode]) -> Any:
         """Every turn as a table row: words, reward, patience, each item's verdict and reason (strict and loose)."""

@@ -13,7 +13,10 @@ filterable by verdict, group, failed turns and failed episodes, linkable as `#se
 /labels`, appended to `labels.jsonl` by `ifgym.runner.agreement.append_label`); it stops on Ctrl-C, after
 `idle_seconds` without a request, or after `seconds`. `agreement_command` (`ifgym agreement RUN`) pairs
 those labels with the run's verdicts (`ifgym.runner.agreement`) and writes the result into the run's summary
-and, when the run folder holds a W&B run, its W&B summary (`ifgym.runner.tracking.log_agreement`).
+and, when the run's run.json stores a W&B run, its W&B summary (`ifgym.runner.tracking.log_agreement`).
+
+`write_runs_page(folder)` writes `runs.html` into a folder of runs: one sortable line per run below it,
+each linking the run's `report.html` (written by `write_report` when missing or older than the run's files).
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ METRIC_DEFINITIONS = {
     "WCSR": "weighted constraint satisfaction: per turn, satisfied weight over weight, averaged over turns",
     "score": "FlexBench's score: share of the dimensions the call met",
     "pass_rate/": "share of this group's checks that the replies met",
+    "episodes": "dialogues in the run (a count)",
+    "turns": "turns played, over all dialogues (a count)",
+    "items": "checklist items checked, over all turns (a count)",
+    "failed_turns": "turns with a check not met (a count)",
+    "undetermined_turns": "turns that neither passed nor failed: no check was no, some were unknown (a count)",
+    "unknown": "checks left unknown: a judge answer that could not be read, or no verdict (a count)",
 }
 
 
@@ -66,32 +75,76 @@ def metric_definition(name: str) -> str:
     return METRIC_DEFINITIONS[prefixes[0]] if prefixes else ""
 
 
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
+def _fmt(value: Any, name: str = "") -> str:
+    from ifgym.runner.report import metric_text
+
+    return "n/a" if value is None else metric_text(value, name)
 
 
 def _ci(bounds: Any) -> str:
     return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
 
 
-def summary_rows(summary: dict[str, Any]) -> list[dict[str, str]]:
-    """The results table's rows: metric, strict and loose values with their intervals, and the definition."""
+def _number(value: Any) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def summary_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The results table's rows: metric, strict and loose values with their intervals, and the definition.
+
+    A metric's earlier name (`aliases`, e.g. EvolIF's ROB for STA) is left out, as in the printed table;
+    `value` and `loose_value` are the numbers (None for n/a), for the two-run view's B - A.
+    """
+    from ifgym.runner.report import COUNTS
+
     ci = summary.get("ci") or {}
     strict, loose = summary.get("strict") or {}, summary.get("loose") or {}
     own = summary.get("definitions") or {}  # the env's one-line definitions, when the summary has them
+    aliases = summary.get("aliases") or {}
     return [
         {
             "metric": name,
-            "strict": _fmt(strict[name]),
+            "strict": _fmt(strict[name], name),
             "strict_ci": _ci(ci.get("strict", {}).get(name)),
-            "loose": _fmt(loose[name]) if name in loose else "",
+            "loose": _fmt(loose[name], name) if name in loose else "",
             "loose_ci": _ci(ci.get("loose", {}).get(name)),
+            "count": name in COUNTS,
+            "value": _number(strict[name]),
+            "loose_value": _number(loose.get(name)),
             "definition": own.get(name) or metric_definition(name),
         }
         for name in strict
+        if name not in aliases
     ]
+
+
+def protocol_blocks(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The env's protocol and the policy's setup as the results table prints them: a line, a note, each difference.
+
+    E.g. {"line": "protocol: ifgym/EvolIF-v1 (…)", "note": "not EvolIF's protocol", "differences": [...]}.
+    """
+    from ifgym.runner.report import policy_protocol_lines, protocol_lines
+
+    blocks = []
+    for lines in (
+        protocol_lines(summary.get("protocol") or {}),
+        policy_protocol_lines(summary.get("policy_protocol"), summary.get("protocol")),
+    ):
+        if lines:  # the line, then "not <paper>'s protocol:" and its "  - " items, or "<paper>'s protocol"
+            first, *rest = lines
+            note = rest[0].removesuffix(":") if rest else ""
+            blocks.append({"line": first, "note": note, "differences": [d.removeprefix("  - ") for d in rest[1:]]})
+    return blocks
+
+
+def episode_score(episode: Any, metric: str | None) -> float | None:
+    """The run's headline metric over this one episode (None when it has no value there, e.g. REC without a failure)."""
+    from ifgym.core.tasks import task_of
+
+    task = task_of(episode)
+    if metric not in task.headline:  # a metric this episode's task does not report
+        return None
+    return _number(task.summarize([episode]).get(metric))
 
 
 def _turn_json(turn: Any) -> dict[str, Any]:
@@ -109,8 +162,11 @@ def _turn_json(turn: Any) -> dict[str, Any]:
     }
 
 
-def _episodes(path: Path) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The page's episodes (finished and failed, each seed's last line, in file order) and the finished Episodes."""
+def _episodes(path: Path, metric: str | None = None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The page's episodes (finished and failed, each seed's last line, in file order) and the finished Episodes.
+
+    Each finished episode carries its score: the headline `metric` over that episode alone, and its checks met.
+    """
     from ifgym.runner.rollout import StoredEpisodes, latest_lines
 
     refs = list(latest_lines(path).values())
@@ -134,6 +190,9 @@ def _episodes(path: Path) -> tuple[list[dict[str, Any]], list[Any]]:
                 "done": episode.done_reason,
                 "error": None,
                 "system": episode.system_prompt,
+                "score": episode_score(episode, metric),
+                "met": sum(v.label == "yes" for t in episode.turns for v in t.verdicts),
+                "checks": sum(len(t.verdicts) for t in episode.turns),
                 "turns": [_turn_json(t) for t in episode.turns],
             }
         )
@@ -145,7 +204,10 @@ def run_folder(arg: str | Path) -> Path:
     path = Path(arg).expanduser()
     folder = path if path.is_dir() else path.parent
     if not (folder / "summary.json").is_file():
-        raise ConfigError(f"{arg}: no summary.json in {folder}; give a finished run's folder (ifgym eval output=...)")
+        raise ConfigError(
+            f"{arg}: no summary.json in {folder}; give a finished run's folder (ifgym eval output=...), or to "
+            "`ifgym view` alone a folder of runs (e.g. runs/) to browse them"
+        )
     return folder
 
 
@@ -156,6 +218,11 @@ def folder_notes(folder: Path) -> list[str]:
 
     summary = read_summary(folder)
     return record_notes(folder, writer_alive=writer_alive(episodes_path(folder, summary)))
+
+
+def run_folders(folder: Path) -> list[Path]:
+    """The finished runs under `folder` (every folder below it holding a summary.json), by path."""
+    return sorted(p.parent for p in folder.rglob("summary.json") if p.parent != folder)
 
 
 def episodes_path(folder: Path, summary: dict[str, Any]) -> Path:
@@ -175,7 +242,9 @@ def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
     from ifgym.runner.report import results_table, run_title
 
     summary = read_summary(folder)
-    page, episodes = _episodes(episodes_path(folder, summary))
+    headline = summary.get("headline_metric")
+    scored = headline if headline in (summary.get("strict") or {}) else None
+    page, episodes = _episodes(episodes_path(folder, summary), scored)
     plots = [
         {"name": p.stem, "png": base64.b64encode(p.read_bytes()).decode("ascii")} for p in sorted(folder.glob("*.png"))
     ]
@@ -185,6 +254,8 @@ def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
         "path": str(folder),
         "title": run_title(summary) if summary.get("run") else f"{summary.get('episodes', '?')} episodes",
         "level": level,
+        "headline": headline,
+        "protocol": protocol_blocks(summary),
         "rows": summary_rows(summary),
         "table": results_table(summary) if "strict" in summary else "",
         "judge": summary.get("judge") or {},
@@ -231,6 +302,71 @@ def write_report(args: Sequence[str | Path], *, sample_size: int = SAMPLE_SIZE) 
     folders = [run_folder(a) for a in args]
     path = folders[0] / REPORT_FILE
     path.write_text(render_report(folders, sample_size=sample_size), encoding="utf-8")
+    return path
+
+
+RUNS_FILE = "runs.html"
+GENERATOR = '<meta name="generator" content="ifgym view">'  # marks a page ifgym wrote, so it may rewrite it
+
+
+def run_row(folder: Path, root: Path) -> dict[str, Any]:
+    """One line of the run browser: where the run is, its env, models, episodes, headline with interval, date."""
+    from ifgym.runner.report import judge_label, policy_label
+
+    summary = read_summary(folder)
+    run = summary.get("run") or {}
+    headline = summary.get("headline_metric")
+    strict = summary.get("strict") or {}
+    return {
+        "path": folder.relative_to(root).as_posix(),
+        "report": (folder.relative_to(root) / REPORT_FILE).as_posix(),
+        "env": run.get("env") or (summary.get("protocol") or {}).get("env_id"),
+        "policy": policy_label(run) if run else None,
+        "judge": judge_label(run) if run else None,
+        "episodes": summary.get("episodes"),
+        "headline": headline if headline in strict else None,
+        "value": _number(strict.get(headline)),
+        "ci": ((summary.get("ci") or {}).get("strict") or {}).get(headline),
+        "started": run.get("started"),
+        "status": (summary.get("ending") or {}).get("status", "finished"),
+    }
+
+
+def _stale(folder: Path) -> bool:
+    """Whether the run's report.html is missing or older than a file it is drawn from."""
+    report = folder / REPORT_FILE
+    if not report.is_file():
+        return True
+    sources = [folder / "summary.json", folder / LABELS_FILE, *folder.glob("*.png")]
+    summary = read_summary(folder)
+    sources.append(episodes_path(folder, summary))
+    drawn = report.stat().st_mtime
+    return any(p.is_file() and p.stat().st_mtime > drawn for p in sources)
+
+
+def write_runs_page(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> Path:
+    """Write `runs.html` into a folder of runs, a sortable table linking each run's report (written when stale).
+
+    A `runs.html` that ifgym did not write is never overwritten (a ConfigError says so).
+    """
+    folders = run_folders(folder)
+    if not folders:
+        raise ConfigError(
+            f"{folder}: no summary.json in it or in any folder below it; give a finished run's folder or a folder "
+            "of runs (ifgym eval writes runs/<env>-<key>/ by default)"
+        )
+    path = folder / RUNS_FILE
+    if path.exists() and GENERATOR not in path.read_text(encoding="utf-8", errors="replace")[:4096]:
+        raise ConfigError(f"{path} exists and ifgym did not write it: move it away, then run ifgym view {folder} again")
+    for run in folders:
+        if _stale(run):
+            write_report([run], sample_size=sample_size)
+    rows = [run_row(run, folder) for run in folders]
+    template = resources.files("ifgym").joinpath("assets/runs.html").read_text(encoding="utf-8")
+    head, tail = template.split("{{DATA}}")
+    head = head.replace("{{TITLE}}", html.escape(f"ifgym: runs in {folder}"))
+    data = {"folder": str(folder), "runs": rows}
+    path.write_text(head + _script_json(_clean(data)) + tail, encoding="utf-8")
     return path
 
 
@@ -335,8 +471,11 @@ def serve(
 
 
 def view_command(args: list[str]) -> int:
-    """`ifgym view RUN [RUN_B] [--serve] [--port N] [--serve-seconds S] [--idle-seconds S] [--sample N]`."""
-    usage = "usage: ifgym view RUN [RUN_B] [--serve] [--port N] [--serve-seconds S] [--idle-seconds S] [--sample N]"
+    """`ifgym view RUN [RUN_B] [--serve] [--port N] [--serve-seconds S] [--idle-seconds S] [--sample N]`, or RUNS/."""
+    usage = (
+        "usage: ifgym view RUN [RUN_B] [--serve] [--port N] [--serve-seconds S] [--idle-seconds S] [--sample N]\n"
+        "       ifgym view FOLDER_OF_RUNS  (runs.html: every run below it, sortable, each opening its report)"
+    )
     runs: list[str] = []
     options: dict[str, str] = {}
     flags = ("--port", "--serve-seconds", "--idle-seconds", "--sample")
@@ -367,6 +506,12 @@ def view_command(args: list[str]) -> int:
         idle = float(options.get("--idle-seconds", IDLE_SECONDS))
     except ValueError as exc:
         raise ConfigError(f"view: --port and --sample take integers, the seconds numbers ({exc})") from None
+    browse = Path(runs[0]).expanduser()
+    if len(runs) == 1 and browse.is_dir() and not (browse / "summary.json").is_file():  # a folder of runs
+        if serve_it:
+            raise ConfigError(f"view: --serve serves one run's report; give one run folder of {browse}")
+        print(write_runs_page(browse, sample_size=sample), flush=True)
+        return 0
     path = write_report(runs, sample_size=sample)
     for run in runs:
         for note in folder_notes(run_folder(run)):
@@ -417,4 +562,14 @@ def agreement_command(args: list[str]) -> int:
     return 0
 
 
-__all__ = ["REPORT_FILE", "agreement_command", "render_report", "run_data", "serve", "view_command", "write_report"]
+__all__ = [
+    "REPORT_FILE",
+    "RUNS_FILE",
+    "agreement_command",
+    "render_report",
+    "run_data",
+    "serve",
+    "view_command",
+    "write_report",
+    "write_runs_page",
+]

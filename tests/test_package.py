@@ -115,7 +115,7 @@ def test_wheel_installs_in_a_fresh_venv(tmp_path):
     assert "ifgym/rewards/assets/judge_gold.json" in names  # the judge audit's gold set
     real = "ifgym/rewards/assets/structflow_real/"  # its real suite, with the licence and source beside it
     assert [f for f in ("suite.json", "LICENSE", "SOURCE") if real + f not in names] == []
-    assert "ifgym/assets/view.html" in names  # ifgym view's page
+    assert "ifgym/assets/view.html" in names and "ifgym/assets/runs.html" in names  # ifgym view's pages
     assert "tests/" not in names and "benchmarks/" not in names
 
     env_dir = tmp_path / "venv"

@@ -143,6 +143,9 @@ def test_agreement_goes_to_the_runs_wandb_run(tmp_path, monkeypatch, capsys):
     run = wandb.init(project="ifgym", dir=str(tmp_path), mode="offline", name="made-up")  # as eval's logger does
     run_id = run.id
     run.finish()
+    # eval stores the W&B run it logged to in run.json; agreement resumes that run by its id
+    stored = {"id": run_id, "project": "ifgym", "entity": None, "mode": "offline", "url": None}
+    (tmp_path / "run.json").write_text(json.dumps({"wandb": stored}))
     label_some(tmp_path)
     assert main(["agreement", str(tmp_path), "resamples=50"]) == 0
     assert "W&B: agreement added to the run's summary (offline)" in capsys.readouterr().out
@@ -153,3 +156,18 @@ def test_agreement_goes_to_the_runs_wandb_run(tmp_path, monkeypatch, capsys):
     kappa = json.loads((tmp_path / "summary.json").read_text())["agreement"]["groups"]["all"]["kappa"]
     assert summary["agreement/all/kappa"] == pytest.approx(kappa) and summary["agreement/all/n"] == 20
     assert "agreement/all/kappa/ci_low" in summary
+
+
+def test_agreement_of_a_run_without_a_stored_wandb_id_stays_local(tmp_path, monkeypatch, capsys):
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    write_made_up_run(tmp_path, 40)
+    wandb.init(project="ifgym", dir=str(tmp_path), mode="offline", name="made-up").finish()  # no id in run.json
+    label_some(tmp_path)
+    assert main(["agreement", str(tmp_path), "resamples=50"]) == 0
+    captured = capsys.readouterr()
+    assert "W&B: agreement added" not in captured.out and "stores no W&B run id" in captured.err
+    assert len(list(tmp_path.glob("wandb/offline-run-*"))) == 1  # no run resumed or started
+    assert "agreement" in json.loads((tmp_path / "summary.json").read_text())

@@ -73,13 +73,15 @@ def test_api_key_from_netrc(tmp_path):
 
 def cli(*args, cwd, env):
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # W&B stages an artifact's files in its data folder (~/.local/share/wandb by default): the test's own
+    staging = {"WANDB_DATA_DIR": str(Path(cwd) / "wandb-data")}
     return subprocess.run(
         [sys.executable, "-m", "ifgym.cli", "eval", *args],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=cwd,
-        env={**base, **NO_KEY, "WANDB_SILENT": "true", **env},
+        env={**base, **NO_KEY, "WANDB_SILENT": "true", **staging, **env},
     )
 
 
@@ -210,3 +212,47 @@ def test_logger_wandb_without_wandb_names_the_extra(monkeypatch, tmp_path):
         import_wandb()
     with pytest.raises(ConfigError, match=r"ifgym\[wandb\]"):
         WandbLogger({"dir": str(tmp_path)}, config={}, run_key="k", summarize=dict)
+
+
+def test_an_offline_run_logs_the_run_files_as_an_artifact_and_stores_its_id(tmp_path):
+    import base64
+    import hashlib
+
+    wandb_dir, data_dir = tmp_path / "wb", tmp_path / "wb-data"
+    r = cli(
+        "policy=scripted",
+        "logger=wandb",
+        "episodes=2",
+        "env.max_turns=2",
+        "progress=false",
+        cwd=tmp_path,
+        env={"WANDB_MODE": "offline", "WANDB_DIR": str(wandb_dir), "WANDB_DATA_DIR": str(data_dir)},
+    )
+    assert r.returncode == 0, r.stderr
+    (folder,) = (tmp_path / "runs").iterdir()
+    (run_dir,) = wandb_dir.glob("wandb/offline-run-*")
+    # the id is stored, in run.json and summary.json, and it is the one W&B named its run folder by
+    stored = json.loads((folder / "run.json").read_text())["wandb"]
+    assert run_dir.name.endswith("-" + stored["id"]) and (run_dir / f"run-{stored['id']}.wandb").is_file()
+    assert stored == {"id": stored["id"], "project": "ifgym", "entity": None, "mode": "offline", "url": None}
+    assert json.loads((folder / "summary.json").read_text())["run"]["wandb"] == stored
+    (run_file,) = run_dir.glob("run-*.wandb")
+    records = [json.loads(line) for line in inspect(run_file).splitlines()]
+    # (W&B logs the transcript table and the charts' tables as artifacts of their own types)
+    (artifact,) = [
+        rec["artifact"] for rec in records if rec["type"] == "artifact" and rec["artifact"]["type"] == "evaluation"
+    ]
+    # named after the run's settings, as its folder (`<env>-<run_key>`): each evaluation of them is a version
+    assert artifact["name"] == folder.name
+    assert artifact["run_id"] == stored["id"]
+    metadata = json.loads(artifact["metadata"])
+    assert metadata["run_key"] == folder.name.rsplit("-", 1)[1] and metadata["episodes"] == 2
+    files = {entry["path"]: entry for entry in artifact["manifest"]["contents"]}
+    written = ["episodes.jsonl", "summary.json", "run.json", "survival.png", "group_pass_rates.png"]
+    assert sorted(files) == sorted(written)
+    for name in written:  # each file as the run wrote it: W&B's digest is the base64 of its MD5
+        data = (folder / name).read_bytes()
+        assert files[name]["digest"] == base64.b64encode(hashlib.md5(data).digest()).decode()
+        assert int(files[name]["size"]) == len(data)
+        staged = Path(files[name]["local_path"])  # the copy `wandb sync` uploads
+        assert staged.is_relative_to(data_dir) and staged.read_bytes() == data

@@ -44,16 +44,23 @@ def test_view_prints_the_report_path_and_the_page_has_the_summary_numbers(run, b
     assert capsys.readouterr().out.strip() == str(report)
     browser.open(url(report))
     cells = browser.evaluate(
-        "[...document.querySelectorAll('table.results tr[data-metric]')].map(r => [...r.cells].map(c => c.textContent))"
+        "[...document.querySelectorAll('table.results tr[data-metric]')]"
+        ".map(r => [r.dataset.metric, ...[...r.cells].map(c => c.textContent)])"
     )
-    shown = {row[0]: row for row in cells}
-    assert set(shown) == set(summary["strict"])
+    shown = {row[0]: row[1:] for row in cells}
+    assert set(shown) == set(summary["strict"]) - {"ROB"}  # STA's earlier name is not a row of its own
+    turns = summary["strict"]["turns"]
+    assert shown["turns"][1] == shown["turns"][3] == str(int(turns)) and turns > 30  # a count: a whole number
     for metric, value in summary["strict"].items():
+        if metric in ("ROB", "turns"):
+            continue
         row = shown[metric]
         assert row[1] == f"{value:.3f}"
-        bounds = summary["ci"]["strict"][metric]
+        bounds = summary["ci"]["strict"].get(metric)
         assert row[2] == (f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
         assert row[3] == f"{summary['loose'][metric]:.3f}"
+    assert shown["CSR"][0] == "CSR *" and shown["ISR"][0] == "ISR"  # the headline metric is starred
+    assert "* headline metric: CSR" in browser.evaluate("document.getElementById('results').textContent")
     assert "constraint success rate" in shown["CSR"][5]  # the metric's definition
     assert shown["ISR"][5] == "the env's own words for ISR"  # the summary's own definition wins
     # the plots the run wrote, embedded: decoded by the browser
@@ -61,6 +68,50 @@ def test_view_prints_the_report_path_and_the_page_has_the_summary_numbers(run, b
     assert len(sizes) == 2 and all(w > 100 for w in sizes)
     assert "accuracy" in browser.evaluate("document.getElementById('judge').textContent")
     assert browser.evaluate("document.getElementById('count').textContent").startswith("31 of 31 episodes")
+
+
+def test_the_protocols_differences_are_shown_not_folded(run, browser, tmp_path):
+    folder, summary = run
+    write_report([folder])
+    browser.open(url(folder / "report.html"))
+    block = browser.evaluate(
+        "(() => { const b = document.querySelector('#results .protocol .block');"
+        " return {line: b.querySelector('.line').textContent, note: b.querySelector('.differs').textContent,"
+        " items: [...b.querySelectorAll('li')].map(li => li.textContent), folded: !!b.closest('details'),"
+        " height: b.getBoundingClientRect().height}; })()"
+    )
+    assert block["line"] == "protocol: three envs (made up) (max_turns=4)"
+    assert block["note"] == "not EvolIF's protocol:" and block["items"] == summary["protocol"]["deviations"]
+    assert not block["folded"] and block["height"] > 40  # on the page as it opens, not in a collapsed block
+    browser.screenshot(tmp_path / "results.png")
+
+
+def test_the_transcript_list_shows_each_episodes_score(run, browser):
+    folder, _ = run
+    write_report([folder])
+    browser.open(url(folder / "report.html"))
+    browser.evaluate("document.getElementById('tab-transcripts').click()")
+    heads = dict(
+        browser.evaluate(
+            "[...document.querySelectorAll('.ep')].map(e => [e.dataset.seed, e.querySelector('.score')?.textContent])"
+        )
+    )
+    checked = 0
+    for line in (folder / "episodes.jsonl").read_text().splitlines():
+        e = json.loads(line)
+        if e.get("failed"):
+            assert heads[str(e["seed"])] is None  # a failed episode has no score, its error shows
+            continue
+        labels = [v["label"] for t in e["turns"] for v in t["verdicts"]]
+        met = f"{labels.count('yes')}/{len(labels)} checks met"
+        if e["env_id"] == "ifgym/EvolIF-v1" and "unknown" not in labels:
+            # EvolIF's CSR over one dialogue: the mean of its turns' shares of constraints met; each made-up
+            # turn checks three, so that is the constraints met over the constraints checked
+            assert heads[str(e["seed"])] == f"CSR {labels.count('yes') / len(labels):.3f} · {met}"
+            checked += 1
+        else:
+            assert heads[str(e["seed"])].endswith(" · " + met)
+    assert checked >= 3
 
 
 def expected(folder, predicate):
@@ -163,7 +214,36 @@ def test_two_runs_side_by_side_by_seed(tmp_path, browser):
         "reply of seed 5 turn 1 in ifgym/FlexBench-v0.\nA second line.",
         "B reply of seed 5 turn 1 in ifgym/FlexBench-v0.\nA second line.",
     ]
-    assert browser.evaluate("document.querySelectorAll('table.results').length") == 2
+    assert browser.evaluate("document.querySelectorAll('table.results').length") == 2  # strict and loose
+
+
+def test_the_pair_view_has_a_b_minus_a_column(tmp_path, browser):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_made_up_run(a, 12)
+    write_made_up_run(b, 12, tag="B ")
+    summary = json.loads((b / "summary.json").read_text())
+    summary["strict"]["CSR"], summary["strict"]["ISR"] = 0.6, 0.125  # B - A: 0.6 - 0.51234, 0.125 - 0.25
+    (b / "summary.json").write_text(json.dumps(summary))
+    write_report([a, b])
+    browser.open(url(a / "report.html"))
+    strict = "table.pair[data-mode=strict]"
+    head = browser.evaluate(f"[...document.querySelectorAll('{strict} th')].map(c => c.textContent)")
+    assert head == ["strict", "A", "95% CI", "B", "95% CI", "B \u2212 A", "definition"]
+    rows = dict(
+        browser.evaluate(
+            f"[...document.querySelectorAll('{strict} tr[data-metric]')]"
+            ".map(r => [r.dataset.metric, [...r.cells].map(c => c.textContent)])"
+        )
+    )
+    assert rows["CSR"][:6] == ["CSR *", "0.512", "[0.450, 0.575]", "0.600", "[0.450, 0.575]", "+0.088"]
+    assert rows["ISR"][5] == "\u22120.125" and rows["pass_rate/emotion"][5] == "0.000"
+    assert rows["turns"][1] == rows["turns"][3] and rows["turns"][5] == "0"  # a count's difference: a whole number
+    assert "ROB" not in rows
+    # each seed's line: both runs' scores and the difference of their headline metric (the same verdicts: 0)
+    browser.evaluate("document.getElementById('tab-transcripts').click()")
+    line = browser.evaluate("document.querySelector('.ep[data-seed=\"3\"] .head').textContent")
+    assert line.startswith("seed 3  |  A CSR ") and "  |  B CSR " in line and line.endswith("B \u2212 A 0.000")
+    browser.screenshot(tmp_path / "pair.png")
 
 
 def served(folder, seconds=120):
@@ -286,7 +366,14 @@ def test_view_of_a_scripted_eval_run(tmp_path, browser):
             ".map(r => [r.cells[0].textContent, r.cells[1].textContent])"
         )
     )
-    assert shown == {k: "n/a" if v is None else f"{v:.3f}" for k, v in summary["strict"].items()}
+    counts = ("episodes", "turns", "failed_turns", "undetermined_turns", "unknown")  # whole numbers
+    assert summary["aliases"] == {"ROB": "STA"} and summary["headline_metric"] == "REC"
+    expected = {
+        k + (" *" if k == "REC" else ""): "n/a" if v is None else str(int(v)) if k in counts else f"{v:.3f}"
+        for k, v in summary["strict"].items()
+        if k != "ROB"  # STA's earlier name: no row of its own
+    }
+    assert shown == expected and shown["turns"] == "9"
     assert "rules decide every verdict" in browser.evaluate("document.getElementById('judge').textContent")
     assert "nothing to label" in browser.evaluate("document.getElementById('label').textContent")
 
@@ -296,3 +383,93 @@ def test_view_errors_name_the_fix(tmp_path, capsys):
     assert "no summary.json" in capsys.readouterr().err
     assert main(["view", str(tmp_path), "--bogus"]) == 2
     assert "unknown option '--bogus'" in capsys.readouterr().err
+
+
+def test_a_folder_of_runs_is_browsed_sorted_and_each_run_opens(tmp_path, browser, capsys):
+    runs = tmp_path / "runs"
+    # two made-up runs (one nested, as a sweep's job) and one real eval run of the scripted policy
+    write_made_up_run(runs / "made-up-a", 6)
+    write_made_up_run(runs / "sweep-1" / "0", 9)
+    nested = json.loads((runs / "sweep-1" / "0" / "summary.json").read_text())
+    nested["strict"]["CSR"], nested["ci"]["strict"]["CSR"] = 0.75, [0.6, 0.9]
+    nested["run"]["started"] = "2026-11-27T09:30:00+00:00"
+    (runs / "sweep-1" / "0" / "summary.json").write_text(json.dumps(nested))
+    out = runs / "scripted" / "episodes.jsonl"
+    assert main(["eval", "policy=scripted", "episodes=3", "env.max_turns=2", f"output={out}", "progress=false"]) == 0
+    real = json.loads((out.parent / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["view", str(runs)]) == 0
+    page = runs / "runs.html"
+    assert capsys.readouterr().out.strip() == str(page)
+    assert all((runs / p / "report.html").is_file() for p in ("made-up-a", "sweep-1/0", "scripted"))
+    browser.open(url(page))
+
+    def table():
+        return browser.evaluate(
+            "[...document.querySelectorAll('#rows tr')].map(r => [...r.cells].map(c => c.textContent))"
+        )
+
+    rows = {r[0]: r for r in table()}
+    assert set(rows) == {"made-up-a", "sweep-1/0", "scripted"}
+    assert rows["made-up-a"][1:] == [
+        "three envs (made up)",
+        "made-up-model (openai 127.0.0.1)",
+        "canned-judge (openai 127.0.0.1)",
+        "6",
+        "CSR 0.512 [0.450, 0.575]",
+        "2026-11-26 16:18",
+        "finished",
+    ]
+    assert rows["sweep-1/0"][4:6] == ["9", "CSR 0.750 [0.600, 0.900]"]
+    headline = real["headline_metric"]
+    value, bounds = real["strict"][headline], real["ci"]["strict"][headline]
+    shown = "n/a" if value is None else f"{value:.3f}" + (f" [{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else "")
+    assert rows["scripted"][1:6] == ["ifgym/EvolIF-v1", "scripted", "rules", "3", f"{headline} {shown}"]
+    assert rows["scripted"][6] == real["run"]["started"][:16].replace("T", " ")
+    # the newest first; a click on a column sorts by it, a second click reverses
+    assert [r[0] for r in table()] == ["scripted", "sweep-1/0", "made-up-a"]
+    browser.evaluate("document.querySelector('th[data-column=episodes]').click()")
+    assert [r[4] for r in table()] == ["3", "6", "9"]
+    browser.evaluate("document.querySelector('th[data-column=episodes]').click()")
+    assert [r[4] for r in table()] == ["9", "6", "3"]
+    browser.evaluate("document.querySelector('th[data-column=headline]').click()")
+    assert [r[0] for r in table()][-2:] == ["made-up-a", "sweep-1/0"]  # by value: 0.512, then 0.750
+    browser.screenshot(tmp_path / "runs.png")
+    # a run opens its report
+    browser.evaluate("document.querySelector('#rows tr[data-path=\"sweep-1/0\"] td:nth-child(2)').click()")
+    browser.wait_for("location.href.endsWith('sweep-1/0/report.html') && window.ifgymReady === true")
+    assert browser.evaluate("document.getElementById('title').textContent") == "0"
+    cells = browser.evaluate("[...document.querySelectorAll('tr[data-metric=CSR] td')].map(c => c.textContent)")
+    assert cells[:3] == ["CSR *", "0.750", "[0.600, 0.900]"]
+
+
+def test_a_runs_page_ifgym_did_not_write_is_kept(tmp_path, capsys):
+    write_made_up_run(tmp_path / "runs" / "a", 2)
+    mine = tmp_path / "runs" / "runs.html"
+    mine.write_text("<html>my own notes</html>")
+    assert main(["view", str(tmp_path / "runs")]) == 2
+    assert "ifgym did not write it" in capsys.readouterr().err
+    assert mine.read_text() == "<html>my own notes</html>"
+    (tmp_path / "empty").mkdir()
+    assert main(["view", str(tmp_path / "empty")]) == 2
+    assert "no summary.json in it or in any folder below it" in capsys.readouterr().err
+
+
+def test_the_run_browser_rewrites_only_stale_reports(tmp_path, capsys):
+    import os
+
+    from ifgym.runner.view import write_runs_page
+
+    fresh, stale = tmp_path / "runs" / "fresh", tmp_path / "runs" / "stale"
+    for folder in (fresh, stale):
+        write_made_up_run(folder, 3)
+        write_report([folder])
+        os.utime(folder / "report.html", (1_000_000_000, 1_000_000_000))  # drawn long ago ...
+    for name in os.listdir(fresh):  # ... after every file of the fresh run
+        if name != "report.html":
+            os.utime(fresh / name, (999_999_999, 999_999_999))
+    write_runs_page(tmp_path / "runs")
+    assert (fresh / "report.html").stat().st_mtime == 1_000_000_000  # kept
+    assert (stale / "report.html").stat().st_mtime > 1_000_000_000  # its summary is newer: drawn again
+    assert main(["view", str(tmp_path / "runs"), "--serve"]) == 2
+    assert "--serve serves one run's report" in capsys.readouterr().err

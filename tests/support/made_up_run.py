@@ -79,14 +79,55 @@ def made_up_episode(
 
 
 SUMMARY: dict[str, Any] = {
-    "protocol": {"env_id": "three envs (made up)"},
-    "strict": {"CSR": 0.51234, "ISR": 0.25, "pass_rate/emotion": 0.4, "pass_rate/format": 0.66667},
-    "loose": {"CSR": 0.6125, "ISR": 0.3, "pass_rate/emotion": 0.4, "pass_rate/format": 1.0},
+    "protocol": {
+        "env_id": "three envs (made up)",
+        "paper": "EvolIF",
+        "max_turns": 4,
+        "deviations": ["the user is made up, not the paper's simulator", "judged by canned-judge, not GPT-4o"],
+    },
+    # turns: a count (the episodes' turns, filled in by write_made_up_run); ROB: STA's earlier name (an alias)
+    "strict": {
+        "CSR": 0.51234,
+        "ISR": 0.25,
+        "STA": 0.3,
+        "ROB": 0.3,
+        "turns": 0.0,
+        "pass_rate/emotion": 0.4,
+        "pass_rate/format": 0.66667,
+    },
+    "loose": {
+        "CSR": 0.6125,
+        "ISR": 0.3,
+        "STA": 0.35,
+        "ROB": 0.35,
+        "turns": 0.0,
+        "pass_rate/emotion": 0.4,
+        "pass_rate/format": 1.0,
+    },
     "ci": {
-        "strict": {"CSR": [0.45, 0.575], "ISR": [0.2, 0.3], "pass_rate/emotion": [0.3, 0.5], "pass_rate/format": None},
+        "strict": {
+            "CSR": [0.45, 0.575],
+            "ISR": [0.2, 0.3],
+            "STA": [0.22, 0.38],
+            "pass_rate/emotion": [0.3, 0.5],
+            "pass_rate/format": None,
+        },
         "loose": {"CSR": [0.55, 0.675], "ISR": [0.25, 0.35], "pass_rate/emotion": [0.3, 0.5], "pass_rate/format": None},
     },
     "ci_settings": {"method": "percentile bootstrap over dialogues", "resamples": 1000, "level": 0.95, "seed": 0},
+    "aliases": {"ROB": "STA"},
+    "headline_metric": "CSR",
+    "run": {
+        "run_key": "0123456789ab",
+        "started": "2026-11-26T16:18:51+00:00",
+        "env": "three envs (made up)",
+        "policy": "chat",
+        "judge": "llm",
+        "models": {
+            "policy": {"model": "made-up-model", "backend": "openai", "host": "127.0.0.1"},
+            "judge": {"model": "canned-judge", "backend": "openai", "host": "127.0.0.1"},
+        },
+    },
     "headline": ["CSR", "ISR"],
     "definitions": {"ISR": "the env's own words for ISR"},  # CSR's comes from the viewer's list
     "judge": {
@@ -124,7 +165,13 @@ def write_made_up_run(
         )
         lines.append(failed.to_jsonl())
     (folder / "episodes.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    summary = dict(SUMMARY, episodes=episodes)
+    turns = float(sum(len(e.turns) for e in made))
+    summary = dict(
+        SUMMARY,
+        episodes=episodes,
+        strict=SUMMARY["strict"] | {"turns": turns},
+        loose=SUMMARY["loose"] | {"turns": turns},
+    )
     write_summary(summary, folder / "summary.json")
     tally = RunTally(lengths=[len(e.turns) for e in made], patience=True)
     write_plots(tally, summary, folder)
