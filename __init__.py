@@ -6,14 +6,31 @@ task is first asked for). Submodules load on first attribute access, so after `i
 `help(ifgym.envs.evolif.EvolIFEnv)` works without importing anything else up front.
 """
 
-from pathlib import Path
+import os as _os
+import sys as _sys
 
-from gymnasium.envs.registration import register, registry
 
-from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict
-from ifgym.core import tasks as _tasks
-from ifgym.lazy import lazy_submodules
-from ifgym.version import __version__ as __version__  # written once, in a module rooms may import
+def _interrupted_at_start_up(kind: type[BaseException], value: BaseException, tb: object) -> None:
+    """The `ifgym` command's Ctrl-C before its own handling starts (while it imports): one line, no traceback."""
+    if issubclass(kind, KeyboardInterrupt):
+        print("ifgym: interrupted (Ctrl-C)", file=_sys.stderr, flush=True)
+        _os._exit(130)
+    _sys.__excepthook__(kind, value, tb)
+
+
+# run as the `ifgym` command (its console script, or `python -m ifgym.cli`): the first code it runs, before any
+# import of its own (os and sys are loaded with the interpreter)
+if _os.path.basename(_sys.argv[0]) == "ifgym" or _sys.orig_argv[1:3] == ["-m", "ifgym.cli"]:
+    _sys.excepthook = _interrupted_at_start_up
+
+from pathlib import Path  # noqa: E402
+
+from gymnasium.envs.registration import register, registry  # noqa: E402
+
+from ifgym.core import Episode, TurnRecord, TurnSpec, UserTurn, Verdict  # noqa: E402
+from ifgym.core import tasks as _tasks  # noqa: E402
+from ifgym.lazy import lazy_submodules  # noqa: E402
+from ifgym.version import __version__ as __version__  # noqa: E402 (written once, in a module rooms may import)
 
 # pytest (importlib mode) also runs this file as a plain module when the checkout folder's name is not
 # an identifier (e.g. a worktree named `evolif-user`): there is no __path__ then, only __file__.

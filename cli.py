@@ -27,7 +27,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from ifgym.conf.schema import check_schema
-from ifgym.runner.records import public_config, scrub_hydra_files
+from ifgym.runner.redaction import public, public_yaml_file, redacting_streams, remember_config, remember_overrides
 
 USAGE_TEMPLATE = """usage: ifgym <command> [args]   (ifgym <command> --help: that command; ifgym --version)
 
@@ -375,9 +375,9 @@ def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, 
     hc = HydraConfig.get()
     folder = Path(hc.runtime.output_dir)
     sweep = hc.mode == RunMode.MULTIRUN
-    scrub_hydra_files(folder)
-    if sweep:
-        scrub_hydra_files(hc.sweep.dir)
+    remember_config(cfg)
+    if sweep:  # Hydra's basic sweeper saved the sweep's config and overrides as given
+        public_yaml_file(Path(hc.sweep.dir) / "multirun.yaml")
     job = {
         "mode": hc.mode.name,
         "job_num": hc.job.num if sweep else None,
@@ -388,7 +388,11 @@ def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, 
     from ifgym.runner.evaluate import evaluate
 
     try:
-        return evaluate(cfg, folder, command=command, job=job)
+        # Hydra's record, unless the user asked Hydra to write it itself (hydra.output_subdir=…): then it is rewritten
+        record = hydra_record(cfg) if hc.output_subdir is None else None
+        for path in (folder / str(hc.output_subdir)).glob("*.yaml") if record is None else ():
+            public_yaml_file(path)
+        return evaluate(cfg, folder, command=command, job=job, hydra_record=record)
     except IfgymError as exc:
         _drop_if_empty(folder)
         if sweep:
@@ -398,6 +402,19 @@ def _job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict[str, 
         else:
             failures.append(exc)
         return JobFailed(str(exc))
+
+
+def hydra_record(cfg: Any) -> dict[str, Any]:
+    """Hydra's record of the job (what Hydra writes to `.hydra/` unless told not to), for ifgym to write."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    hc = HydraConfig.get()
+    return {
+        "config.yaml": OmegaConf.to_container(cfg, resolve=False, enum_to_str=True),
+        "hydra.yaml": {"hydra": OmegaConf.to_container(hc, resolve=False, enum_to_str=True)},
+        "overrides.yaml": list(hc.overrides.task),
+    }
 
 
 class SweepSummary(Callback):
@@ -429,7 +446,7 @@ class SweepSummary(Callback):
         self.jobs.append(
             {
                 "job": job_return.hydra_cfg.hydra.job.num,
-                "overrides": public_config(list(job_return.overrides)),
+                "overrides": public(list(job_return.overrides)),
                 "folder": job_return.hydra_cfg.hydra.runtime.output_dir,
                 "summary": value,
             }
@@ -499,6 +516,13 @@ def _hydra_app(command: str, config_name: str, job: Callable[..., Any], args: Se
     args = with_package_env(args)
     args, parsed = _hydra_flags(args, command)
     register_configs()
+    # every credential on the command line is known before Hydra prints (`--cfg`, a sweep's launch lines) or saves it
+    remember_overrides(parsed.overrides)
+    if parsed.cfg or parsed.info:  # the config Hydra prints: headers and URLs of config files too
+        try:
+            remember_config(_compose(parsed.overrides, parsed.config_dir, parsed.config_name or config_name))
+        except (HydraException, OmegaConfBaseException):
+            pass  # Hydra reports the same error
     failures: list[Any] = []  # a single run's exception, or the labels of the sweep jobs that failed
     line = ["ifgym", command, *args]
 
@@ -545,11 +569,14 @@ def _train_job(cfg: Any, *, command: Sequence[str], failures: list[Any]) -> dict
     from ifgym.errors import IfgymError
 
     folder = Path(HydraConfig.get().runtime.output_dir)
-    scrub_hydra_files(folder)
+    remember_config(cfg)
     try:
         check_schema(cfg, list(HydraConfig.get().overrides.task))
         from ifgym.integrations.trl import train
+        from ifgym.runner.evaluate import write_hydra_record
 
+        folder.mkdir(parents=True, exist_ok=True)
+        write_hydra_record(folder, hydra_record(cfg))
         return train(OmegaConf.to_container(cfg, resolve=True), folder)
     except IfgymError as exc:
         failures.append(exc)
@@ -577,6 +604,11 @@ def _emit(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (`EXIT_*`)."""
+    with redacting_streams():  # what ifgym, Hydra and the libraries print: no credential of the run
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     from ifgym.errors import IfgymError, RunInterrupted, RunStoppedError
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -393,8 +393,8 @@ def _wandb_run(cfg: dict[str, Any], run_dir: Path) -> Any:
         return None
     import wandb
 
-    from ifgym.runner.records import public_argv
-    from ifgym.runner.tracking import public_config, resolve_settings
+    from ifgym.runner.redaction import public, public_argv
+    from ifgym.runner.tracking import resolve_settings
 
     settings = resolve_settings(cfg["logger"], run_dir=run_dir, name=run_dir.name)
     if settings["mode"] == "disabled":
@@ -410,7 +410,7 @@ def _wandb_run(cfg: dict[str, Any], run_dir: Path) -> Any:
             mode=settings["mode"],
             dir=settings["dir"],
             job_type="train",
-            config=public_config(dict(cfg)),
+            config=public(dict(cfg)),
             reinit="finish_previous",
         )
 

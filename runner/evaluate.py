@@ -25,8 +25,13 @@ from ifgym.runner.build import (
     use_cache,
 )
 from ifgym.runner.judge_gate import audit_judge
-from ifgym.runner.records import run_key
+from ifgym.runner.records import run_key, stale_summary
+from ifgym.runner.redaction import remember_config
 from ifgym.runner.summarize import ci_settings_of, has_loose, report_run
+
+# what a run writes beside its records at its end (plots, FlexBench's table, `ifgym view`'s page)
+RUN_FILES = ("survival.png", "group_pass_rates.png", "flexbench_dimensions.csv", "flexbench_heatmap.png", "report.html")
+HYDRA_MARK = "# written by ifgym: Hydra's record of the run, credentials removed\n"
 
 
 def claim_run_folder(out: Path) -> None:
@@ -37,12 +42,75 @@ def claim_run_folder(out: Path) -> None:
         raise ConfigError(f"output={out} is a folder; give the episodes file, e.g. output={out / 'episodes.jsonl'}")
     summary = out.parent / "summary.json"
     if summary.exists():
-        owner = json.loads(summary.read_text(encoding="utf-8")).get("output")
+        try:
+            owner = json.loads(summary.read_text(encoding="utf-8")).get("output")
+        except (ValueError, AttributeError, UnicodeDecodeError):
+            owner = None  # not ifgym's: `check_folder_is_ours` says so
         if owner is not None and Path(owner).resolve() != out.resolve():  # one file, however it was written
             raise ConfigError(
                 f"{out.parent} already holds the summary and plots of {owner}; give this run its own folder "
                 f"(e.g. output={out.parent / out.stem / 'episodes.jsonl'})"
             )
+
+
+def check_folder_is_ours(out: Path, key: str, record_name: str, summary_name: str, hydra_dir: Path | None) -> None:
+    """Refuse (ConfigError, nothing written) a folder whose records ifgym did not write, or another run's.
+
+    Asked while holding the episodes file's lock, before any file is written: the run record, the
+    summary and Hydra's record (`hydra_dir`) must be ifgym's (or missing), the record of this
+    configuration (`key`), and the episodes file this run's.
+    """
+    from ifgym.errors import ConfigError
+    from ifgym.runner.records import ifgym_record
+    from ifgym.runner.rollout import check_episodes_file
+
+    folder = out.parent
+    fix = "give this run its own folder (hydra.run.dir=… or output=…), or move those files away"
+    record_path = folder / record_name
+    record = ifgym_record(record_path)
+    if record_path.exists() and record is None:
+        raise ConfigError(f"{record_path} was not written by ifgym (no run key and ifgym version in it); {fix}")
+    if record is not None and record["run_key"] != key:
+        raise ConfigError(
+            f"{folder} holds the run record of another configuration (run_key {record['run_key']}, this run is "
+            f"{key}); {fix}"
+        )
+    summary_path = folder / summary_name
+    summary = ifgym_record(summary_path)
+    if summary_path.exists() and summary is None:
+        raise ConfigError(f"{summary_path} was not written by ifgym (no run reference in it); {fix}")
+    if record is None and summary is None:  # the plots and page beside them are a run's of ifgym's, or not its at all
+        written_later = [folder / name for name in RUN_FILES if (folder / name).exists()]
+        if written_later:
+            raise ConfigError(f"{written_later[0]} was not written by this run's records; {fix}")
+    if hydra_dir is not None and record is None and (hydra_dir / ".hydra").is_dir():
+        foreign = [
+            p
+            for p in (hydra_dir / ".hydra").iterdir()
+            if not p.is_file() or not p.read_text(encoding="utf-8", errors="replace").startswith(HYDRA_MARK)
+        ]
+        if foreign:
+            raise ConfigError(f"{hydra_dir / '.hydra'} holds files ifgym did not write ({foreign[0].name}); {fix}")
+    check_episodes_file(out, key)
+
+
+def write_hydra_record(folder: Path, files: dict[str, Any]) -> None:
+    """Hydra's record of the run (`.hydra/config.yaml`, `hydra.yaml`, `overrides.yaml`), credentials removed.
+
+    Hydra is told not to write it (`hydra.output_subdir: null`): ifgym writes it once the run holds
+    its folder, so a refused run leaves the folder as it was.
+    """
+    import yaml
+
+    from ifgym.runner.redaction import public
+
+    target = folder / ".hydra"
+    target.mkdir(exist_ok=True)
+    for name, data in files.items():
+        text = HYDRA_MARK + yaml.safe_dump(public(data), sort_keys=False, allow_unicode=True)
+        tmp = target / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(target / name)
 
 
 def evaluate(
@@ -51,13 +119,18 @@ def evaluate(
     *,
     command: Sequence[str] | None = None,
     job: dict[str, Any] | None = None,
+    hydra_record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one evaluation for a composed config; returns the summary dict it also writes.
 
     The run folder is `run_dir` (Hydra's output directory under `ifgym eval`), else the folder of
     `output=`, else `runs/<env>-<run_key>/`. It receives `episodes.jsonl` (unless `output=` names
     another file), `run.json` (the run record), `summary.json` and the plots. `command` and `job`
-    (the Hydra job: mode, number, sweep folder, overrides) go into the run record.
+    (the Hydra job: mode, number, sweep folder, overrides) go into the run record; `hydra_record`
+    (file name -> content) is written into `run_dir/.hydra/` (`write_hydra_record`). Nothing is
+    written into the folder until the run holds its episodes file's lock and has found the folder's
+    files to be its own (`check_folder_is_ours`) and its judge fit (`audit_judge`): a refused run
+    leaves every byte of the folder as it was.
 
     With `shard=I/N` the run plays its share of the seeds into `episodes.shard-I-of-N.jsonl` (with
     `run.` and `summary.shard-I-of-N.json`, no plots), skipping seeds finished in the folder's other
@@ -73,6 +146,7 @@ def evaluate(
 
     check_schema(cfg, (job or {}).get("overrides", ()))
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    remember_config(resolved)  # its headers, keys and URLs' credentials never reach a file or the screen
     ci_settings_of(resolved)  # a bad interval setting fails now, not after the episodes
     key = run_key(resolved)
     if resolved["episodes"] < 1:
@@ -94,7 +168,6 @@ def evaluate(
     shard = Shard.parse(resolved["shard"]) if resolved["shard"] is not None else None
     folder = Path(run_dir) if run_dir is not None else default_run_dir(resolved)
     out = Path(resolved["output"]).expanduser() if resolved["output"] else folder / "episodes.jsonl"
-    claim_run_folder(out)
     if resolved["concurrency"] < 1:
         raise ConfigError(f"concurrency must be >= 1, got {resolved['concurrency']}")
     run_file = out
@@ -105,9 +178,17 @@ def evaluate(
                 f"shard={shard} has no seeds: episodes={resolved['episodes']} makes only {resolved['episodes']} "
                 "shards; use fewer shards or more episodes"
             )
+    record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
+    summary_name = shard.file(Path("summary.json")).name if shard else "summary.json"
+    if resolved["logger"]["kind"] == "wandb":  # a missing W&B fails now, before any file is written
+        from ifgym.runner.tracking import import_wandb
+
+        import_wandb()
     # the episodes file's writer lock before anything is written: a second writer refused here (ConfigError
     # naming the first) leaves the first run's run.json, summary.json and episodes untouched
     with claim_output(out):
+        claim_run_folder(out)
+        check_folder_is_ours(out, key, record_name, summary_name, Path(run_dir) if hydra_record else None)
         if shard is None and shard_files(out):
             combined = combine(out, [p for _, p in shard_files(out)], key)
             print(
@@ -136,7 +217,6 @@ def evaluate(
                 return {"output": str(out), "episodes": 0}
         judge_record = audit_judge(first_env, resolved["judge"], progress=resolved["progress"])
 
-        record_name = shard.file(Path(RECORD_FILE)).name if shard else RECORD_FILE
         record = RunRecord(
             out.parent, config=resolved, key=key, command=command or sys.argv, hydra=job, name=record_name
         )
@@ -148,9 +228,14 @@ def evaluate(
                 file=sys.stderr,
             )
             record.data["took_over"] = stale
+            summary_note = stale_summary(out.parent / summary_name, stale)
+            if summary_note:
+                print(f"ifgym: {summary_note}", file=sys.stderr)
         setup = policy_protocol(make_policy())  # a wrapper names its setup and its paper's differences
         if setup is not None:
             record.data["policy_protocol"] = setup
+        if hydra_record and run_dir is not None:
+            write_hydra_record(Path(run_dir), hydra_record)
         record.start(clients)
         if clients:  # said once, before a first reset that may load a model and generate for minutes
             from ifgym.llm.client import model_place
@@ -241,31 +326,50 @@ def _play_and_report(
                 unplayed: list[int] = []
             except RunStoppedError as exc:  # what the file holds is summarized: the stop names what ended it
                 stopped = exc
-                result, unplayed = file_result(out, seeds)
+                result = None
             except KeyboardInterrupt:  # Ctrl-C, or SIGTERM: the episodes in flight were cancelled
                 interrupted = True
-                result, unplayed = file_result(out, seeds)
-            ending = _ending(result, unplayed, stopped, signals if interrupted else None, record.data["command"])
-            summary, plots, charts = report_run(
-                first_env,
-                resolved,
-                out,
-                result.episodes,
-                result.failures,
-                worker_deaths=result.worker_deaths,
-                judge_record=judge_record,
-                record=record,
-                roles=clients,
-                ci_settings=ci_settings,
-                shard=shard,
-                ending=ending,
-            )
+                result = None
+            held: list[str] = []
+            while True:  # the summary: a second Ctrl-C (or SIGTERM) waits for it, a third stops without it
+                try:
+                    with _signals_held(held):
+                        if result is None:
+                            result, unplayed = file_result(out, seeds)
+                        ending = _ending(
+                            result, unplayed, stopped, signals if interrupted else None, record.data["command"]
+                        )
+                        if ending["resume"] and record.data.get("command_env"):  # what its `${oc.env:…}` read
+                            ending["resume_env"] = record.data["command_env"]
+                        summary, plots, charts = report_run(
+                            first_env,
+                            resolved,
+                            out,
+                            result.episodes,
+                            result.failures,
+                            worker_deaths=result.worker_deaths,
+                            judge_record=judge_record,
+                            record=record,
+                            roles=clients,
+                            ci_settings=ci_settings,
+                            shard=shard,
+                            ending=ending,
+                        )
+                    break
+                except KeyboardInterrupt:
+                    if held:  # one more after the held one: stop without the summary
+                        raise
+                    held.append("SIGINT")  # it came just before the signals were held: the summary still comes
+            if held and not interrupted and stopped is None:  # the run had finished: its records say so
+                interrupted = True
+                ending = {**ending, "signal": "SIGTERM" if "SIGTERM" in held else "SIGINT"}
     except KeyboardInterrupt:  # interrupted again while the summary was being written: the record says so
-        record.finish("interrupted", summary=None)
+        if record.data["status"] == "running":  # (a summary written before it stands, with its record)
+            record.finish("interrupted", summary=None)
         signal_name = "SIGTERM" if signals else "SIGINT"
         raise RunInterrupted(
             f"interrupted ({signal_name}) while the summary was written: {record.path} says so; the episodes are in "
-            f"{out}; resume with: {record.data['command']}",
+            f"{out}; resume with: {record.resume()}",
             signal_name,
         ) from None
     except BaseException as exc:
@@ -278,7 +382,7 @@ def _play_and_report(
             print(f"W&B: offline run in {logger.run.dir}; upload it with `wandb sync {Path(logger.run.dir).parent}`")
     written = (
         f"wrote {out.parent / record.data['summary']} and {record.path.name} ({len(result.episodes)} finished, "
-        f"{len(result.failed)} failed, {len(unplayed)} never played); resume with: {ending['resume']}"
+        f"{len(result.failed)} failed, {len(unplayed)} never played); resume with: {record.resume()}"
     )
     if stopped is not None:
         raise RunStoppedError(f"{stopped}. {written}")
@@ -312,6 +416,35 @@ def _ending(
     if signals is not None:
         ending["signal"] = signal_name
     return ending
+
+
+@contextmanager
+def _signals_held(held: list[str]) -> Iterator[None]:
+    """A block that Ctrl-C and SIGTERM do not interrupt the first time (noted in `held`); the next one does.
+
+    In the main thread only (elsewhere the block runs as it is).
+    """
+    import os
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def hold(signum: int, frame: Any) -> None:
+        if held:
+            raise KeyboardInterrupt
+        held.append(signal.Signals(signum).name)
+        # straight to the descriptor: the handler may run inside a write to sys.stderr (a reentrant call there fails)
+        os.write(2, b"ifgym: writing the summary before stopping; interrupt again to stop without it\n")
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @contextmanager

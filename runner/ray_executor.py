@@ -33,6 +33,7 @@ from typing import Any
 
 from ifgym.errors import ConfigError
 from ifgym.llm.loop import gather_or_cancel, run_async
+from ifgym.runner.redaction import known
 from ifgym.runner.rollout import Record, Recorder, RunResult, check_run_settings, play, record_from_json
 
 # a seed whose worker died this many times is recorded as failed (WorkerDiedError), not tried again
@@ -112,7 +113,11 @@ class _Worker:
         run_key: str,
         concurrency: int,
         episode_timeout: float | None,
+        credentials: frozenset[str] = frozenset(),
     ):
+        from ifgym.runner.redaction import remember
+
+        remember(*credentials)  # the driver's: a failed episode's message is redacted here as it is there
         self.make_env, self.make_policy = make_env, make_policy
         self.run_key, self.concurrency, self.episode_timeout = run_key, concurrency, episode_timeout
 
@@ -196,7 +201,10 @@ async def arun_ray(
         worker_class = ray.remote(num_cpus=1, max_restarts=0)(_Worker)
         while todo:
             shares = [todo[i::num_workers] for i in range(num_workers) if todo[i::num_workers]]
-            batch = [worker_class.remote(make_env, make_policy, run_key, concurrency, episode_timeout) for _ in shares]
+            batch = [
+                worker_class.remote(make_env, make_policy, run_key, concurrency, episode_timeout, known())
+                for _ in shares
+            ]
             actors += batch
             if on_workers:
                 on_workers(batch)

@@ -15,22 +15,30 @@ status: `running`, then how it ended (`ENDINGS`), or `failed` on an error.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import functools
 import hashlib
 import json
 import os
 import platform
-import re
-import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from ifgym.runner.redaction import (
+    clean_url,
+    public_args,
+    public_argv,
+    public_command,
+    redact_data,
+    resume_line,
+    resume_variables,
+)
+from ifgym.runner.redaction import public as public_config
 
 __all__ = [
     "ENDINGS",
@@ -44,8 +52,8 @@ __all__ = [
     "public_args",
     "public_argv",
     "public_config",
+    "public_command",
     "run_key",
-    "scrub_hydra_files",
     "run_name",
     "sweep_name",
 ]
@@ -73,7 +81,6 @@ OPERATIONAL_KEYS = (
     "cache",
     "cache_nondeterministic",
 )
-SECRET_KEYS = ("api_key", "apikey", "token", "password", "secret")
 
 
 # Settings added after runs were made, at the value that keeps the earlier behaviour: left out of the run key
@@ -156,7 +163,8 @@ def sweep_name(config_name: str, overrides: Sequence[str]) -> str:
         top = key.split(".")[0]
         return swept or (top not in OPERATIONAL_KEYS and key.split(".")[-1] not in OPERATIONAL_LLM_KEYS)
 
-    kept = sorted(o for o in overrides if defines(o))
+    # credentials are left out (a resume command gives them as `${oc.env:…}`): the same sweep, the same folder
+    kept = sorted(clean_url(o) for o in overrides if defines(o))
     digest = hashlib.sha256(json.dumps([config_name, kept]).encode()).hexdigest()[:12]
     return f"sweep-{digest}"
 
@@ -171,120 +179,6 @@ def endpoint_host(url: str | None) -> str | None:
     except ValueError:  # not a number: the host alone (the client reports the bad URL)
         port = None
     return parts.hostname + (f":{port}" if port else "") if parts.hostname else None
-
-
-# where a URL starts (`scheme://`): a text is cut before each, so one URL's parts never reach into the next
-_URL_START = re.compile(r"(?=\b[A-Za-z][A-Za-z0-9+.-]*://)")
-
-
-def _clean_url(value: str) -> str:
-    """A text with every URL in it cut of `user:password@`, and http(s) URLs of `?query` and `#fragment`.
-
-    Works on any text, not only a whole URL: an override (`key=URL`) or Hydra's comma-joined
-    overrides (`a=http://host:1,b=…`), which no URL parser reads. It never parses a port. A URL's
-    host part runs to its first `/`, `?` or `#`; everything in it up to its last `@` goes (as a
-    URL parser would read it, so a password with a raw `@` goes whole).
-    """
-    pieces = _URL_START.split(value)
-    return pieces[0] + "".join(_clean_piece(piece) for piece in pieces[1:])
-
-
-def _clean_piece(piece: str) -> str:
-    """One `scheme://…` piece of a text (no other URL in it): without credentials, and for http(s) a query."""
-    scheme, _, rest = piece.partition("://")
-    url, tail = re.match(r"(\S*)(.*)", rest, re.DOTALL).groups()  # type: ignore[union-attr]
-    host, path = re.match(r"([^/?#]*)(.*)", url, re.DOTALL).groups()  # type: ignore[union-attr]
-    host = host.rpartition("@")[2]
-    if scheme.lower() in ("http", "https"):
-        path = re.split(r"[?#]", path, maxsplit=1)[0]
-    return f"{scheme}://{host}{path}{tail}"
-
-
-def _secret(key: str) -> bool:
-    """A key that would hold a secret value (`api_key`, `wandb_token` …); `api_key_env` only names a variable."""
-    key = key.lower()
-    return any(key == s or key.endswith(f"_{s}") for s in SECRET_KEYS)
-
-
-HIDDEN = "<hidden>"  # what a header's value, or a secret override's, is shown as
-# `KEY=` of an override, alone or in Hydra's comma-joined list of them (`+policy.llm.headers.X-Key=…`)
-_OVERRIDE_KEY = re.compile(r"(?:^|,)\s*[+~]*([A-Za-z_][\w.\-/@]*)=")
-
-
-def _clean_overrides(text: str) -> str:
-    """`text` with the value of an override of a secret-looking key, or of an HTTP header, hidden (to its end).
-
-    In Hydra's comma-joined overrides (`hydra.job.override_dirname`) what follows such a value goes too:
-    where it ends cannot be told for sure, and nothing of the secret may stay.
-    """
-    for match in _OVERRIDE_KEY.finditer(text):
-        parts = match[1].lower().split(".")
-        if _secret(parts[-1]) or "headers" in parts:
-            return text[: match.end()] + HIDDEN
-    return text
-
-
-def public_config(config: Any) -> Any:
-    """The config as it may be shown and stored: secret-looking keys dropped, credentials cut from URLs.
-
-    API keys never live in the config (they come from environment variables); this is a second guard.
-    HTTP headers (`headers`, which may carry a gateway's key) keep their names, their values hidden;
-    an override (`key=value`) of a secret-looking key or a header has its value hidden.
-    """
-    if isinstance(config, Mapping):
-        return {
-            k: _hidden_headers(v) if str(k).lower() == "headers" else public_config(v)
-            for k, v in config.items()
-            if not _secret(str(k))
-        }
-    if isinstance(config, list | tuple):
-        return [public_config(v) for v in config]
-    if isinstance(config, str):
-        return _clean_url(_clean_overrides(config))
-    return config
-
-
-def _hidden_headers(headers: Any) -> Any:
-    """Header names kept, values hidden (`{"X-Key": "<hidden>"}`); anything but a mapping is hidden whole."""
-    if isinstance(headers, Mapping):
-        return {name: HIDDEN for name in headers}
-    return HIDDEN if headers else headers
-
-
-def scrub_hydra_files(folder: str | Path) -> None:
-    """Rewrite Hydra's own records in `folder` (`.hydra/*.yaml`, a sweep's `multirun.yaml`) as `public_config`.
-
-    Hydra saves the command's overrides verbatim before the job starts; a URL with user:password@ or a
-    `?key=` query given on the command line would otherwise stay on disk beside the cleaned run.json.
-    """
-    import yaml
-
-    folder = Path(folder)
-    for path in [*folder.glob(".hydra/*.yaml"), *folder.glob("multirun.yaml")]:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        clean = public_config(data)
-        if clean != data:
-            path.write_text(yaml.safe_dump(clean, sort_keys=False, allow_unicode=True), encoding="utf-8")
-
-
-def public_args(argv: Sequence[str]) -> list[str]:
-    """Command-line arguments with credentials cut from any URL in them, and secret or header overrides hidden."""
-    return [_clean_url(_clean_overrides(arg)) for arg in argv]
-
-
-@contextlib.contextmanager
-def public_argv() -> Iterator[None]:
-    """A block in which `sys.argv` reads as `public_args` shows it, for libraries that record it (W&B's metadata)."""
-    argv, sys.argv = sys.argv, public_args(sys.argv)
-    try:
-        yield
-    finally:
-        sys.argv = argv
-
-
-def public_command(argv: Sequence[str]) -> str:
-    """The command line as a shell string, as `public_args` shows it."""
-    return shlex.join(public_args(argv))
 
 
 @functools.cache
@@ -363,6 +257,68 @@ def models(clients: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def ifgym_record(path: Path) -> dict[str, Any] | None:
+    """The run record (or summary) at `path` when ifgym wrote it (it names its ifgym version and run key), else None.
+
+    A file that is missing is None too: check `path.exists()` to tell a foreign file from none.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    mark = data.get("run", data)  # a summary carries the reference to its run record
+    if isinstance(mark, dict) and "ifgym_version" in mark and "run_key" in mark:
+        return data
+    return None
+
+
+def stale_summary(summary_path: Path, session: Mapping[str, Any]) -> str | None:
+    """Why the summary at `summary_path` is stale, when it is the ending of a session other than `session`.
+
+    `session` is a run record's `pid` and `started`; None when there is no summary of ifgym's or it is that session's.
+    """
+    summary = ifgym_record(summary_path)
+    if summary is None:
+        return None
+    reference = summary.get("run") or {}
+    if reference.get("started") == session.get("started"):
+        return None
+    ending = (summary.get("ending") or {}).get("status", "finished")
+    return (
+        f"{summary_path} is stale: it tells the ending of an earlier session (started {reference.get('started')}: "
+        f"{ending}, {summary.get('episodes')} episodes), not of the last one (pid {session.get('pid')}, started "
+        f"{session.get('started')}), which ended before writing its own; the episodes file holds what was played"
+    )
+
+
+def record_notes(folder: Path, *, writer_alive: bool) -> list[str]:
+    """What a reader must be told of a run folder's records: a run still going, or killed, and a stale summary.
+
+    `writer_alive`: whether a process holds the run's episodes file (its writer lock).
+    """
+    record = ifgym_record(folder / RECORD_FILE)
+    if record is None:
+        return []
+    notes = []
+    session = {"pid": record.get("pid"), "started": record.get("started")}
+    if record.get("status") == "running":
+        if writer_alive:
+            return [
+                f"the run is still going (pid {session['pid']}, started {session['started']}): its summary is not final"
+            ]
+        notes.append(
+            f"{folder / RECORD_FILE} says the run started {session['started']} (pid {session['pid']}) is running, "
+            f"but no process holds its episodes: it was killed; resume with: "
+            f"{resume_line(record.get('command') or '', record.get('command_env') or {})}"
+        )
+    stale = stale_summary(folder / "summary.json", session)
+    if stale:
+        notes.append(stale)
+    return notes
+
+
 class RunRecord:
     """`run.json` of one run folder (`name`: a shard's is `run.shard-I-of-N.json`), written at start, end or failure."""
 
@@ -389,6 +345,7 @@ class RunRecord:
             "ifgym_version": __version__,
             "git": git_revision(),
             "command": public_command(command),
+            "command_env": resume_variables(command),  # what the command's `${oc.env:…}` read
             "cwd": os.getcwd(),
             "machine": machine(),
             "event_loop": event_loop_name(),  # uvloop, or asyncio's own where uvloop is not installed
@@ -428,6 +385,10 @@ class RunRecord:
         self.data.update(status="failed", finished=_now(), error=f"{type(error).__name__}: {error}")
         self.write()
 
+    def resume(self) -> str:
+        """The command that resumes the run, as recorded, and the variables it reads, named."""
+        return resume_line(self.data["command"], self.data.get("command_env") or {})
+
     def summary_reference(self) -> dict[str, Any]:
         """What `summary.json` says about the run it belongs to."""
         return {
@@ -442,5 +403,6 @@ class RunRecord:
         """Write run.json atomically (a reader never sees half a file)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        text = json.dumps(redact_data(self.data), indent=2, ensure_ascii=False, default=str)
+        tmp.write_text(text + "\n", encoding="utf-8")
         os.replace(tmp, self.path)

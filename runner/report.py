@@ -379,7 +379,9 @@ def write_summary(summary: dict[str, Any], path: Path) -> None:
             return {k: clean(v) for k, v in value.items()}
         return value
 
-    path.write_text(json.dumps(clean(summary), indent=2) + "\n", encoding="utf-8")
+    from ifgym.runner.redaction import redact_data
+
+    path.write_text(json.dumps(redact_data(clean(summary)), indent=2) + "\n", encoding="utf-8")
 
 
 SURVIVAL_OFF = (

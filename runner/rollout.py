@@ -27,7 +27,6 @@ import errno
 import functools
 import json
 import os
-import re
 import threading
 import traceback
 from array import array
@@ -48,6 +47,7 @@ from ifgym.files import not_a_folder
 from ifgym.llm.conversation import Call, Steps, arun_steps, count_episode_usage, run_steps
 from ifgym.llm.loop import gather_or_cancel, run_async
 from ifgym.runner.async_wrappers import async_reset, async_step
+from ifgym.runner.redaction import redact, redact_json_line
 
 T = TypeVar("T")
 
@@ -102,18 +102,7 @@ def _episode(env: gym.Env, policy: Any, seed: int | None, options: dict | None) 
 
 # --- failed episodes -------------------------------------------------------------------------------
 
-# secrets that may reach an exception's text: API keys (sk-…, Bearer tokens) and the values of
-# *KEY*/*TOKEN*/*SECRET* environment variables
-_SECRET_PATTERNS = re.compile(r"(sk-[A-Za-z0-9_\-]{8,}|Bearer\s+\S+|api[_-]?key=[^&\s]+)", re.IGNORECASE)
 MESSAGE_CHARS = 2000
-
-
-def redact(text: str) -> str:
-    """`text` without API keys or the values of secret-looking environment variables."""
-    for name, value in os.environ.items():
-        if len(value) >= 8 and any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")):
-            text = text.replace(value, "[redacted]")
-    return _SECRET_PATTERNS.sub("[redacted]", text)
 
 
 @dataclass
@@ -375,6 +364,9 @@ def claim_output(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = path.with_name(f".{path.name}.lock")
+    before = lock_path.read_bytes() if lock_path.exists() else None
+    written = _stamp(path)
     handle = _flock(path)  # never lent: a second claim, even in this process, is refused
     key = path.resolve()
     _claims[key] = _Claim(handle)
@@ -382,9 +374,23 @@ def claim_output(path: str | Path) -> Iterator[Path]:
         yield path
     finally:
         del _claims[key]
-        if not path.exists():  # nothing played: leave no lock file behind (removed while still held)
-            path.with_name(f".{path.name}.lock").unlink(missing_ok=True)
+        if before is None and (not path.exists() or _stamp(path) == written):
+            lock_path.unlink(missing_ok=True)  # nothing written: no lock file left behind (removed while held)
+        elif before is not None:  # the lock file as it was (the pid in it is only read while it is held)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(before.decode("utf-8", "replace"))
+            handle.flush()
         handle.close()
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """A file's size and modification time (None when missing): whether it was written to since."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
 
 
 def _lock(path: Path) -> Any:
@@ -396,6 +402,24 @@ def _lock(path: Path) -> Any:
     if claim is not None and not claim.in_use:
         return _Lent(claim)
     return _flock(path)
+
+
+def writer_alive(path: str | Path) -> bool:
+    """Whether a process holds `path`'s writer lock now (a run writing it); asked without changing a byte."""
+    import fcntl
+
+    lock_path = Path(path).with_name(f".{Path(path).name}.lock")
+    try:
+        handle = lock_path.open("rb")
+    except FileNotFoundError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
 
 
 def _flock(path: Path) -> Any:
@@ -422,12 +446,16 @@ def _flock(path: Path) -> Any:
 
 
 def _drop_partial_tail(path: Path) -> None:
-    """Cut a trailing partial line so the next append starts on a fresh line."""
+    """End the file on a fresh line: a last line that lacks only its newline gets it, a cut-off one goes."""
     if not path.exists() or path.stat().st_size == 0:
         return
     with path.open("rb+") as f:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
+            return
+        if _complete_tail(f):
+            f.seek(0, os.SEEK_END)
+            f.write(b"\n")
             return
         # find the last newline from the end, a block at a time (the file can be large)
         end = f.seek(0, os.SEEK_END)
@@ -444,10 +472,52 @@ def _drop_partial_tail(path: Path) -> None:
         f.truncate(0)
 
 
+def _complete_tail(f: Any) -> bool:
+    """Whether the last line of the open file `f` (which lacks its newline) is a whole episode record."""
+    end = f.seek(0, os.SEEK_END)
+    pos = end
+    tail = b""
+    while pos > 0 and b"\n" not in tail:
+        step = min(65536, pos)
+        pos -= step
+        f.seek(pos)
+        tail = f.read(step) + tail
+    line = tail.rpartition(b"\n")[2]
+    try:
+        _line_head(read_json_line(line))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
 # Lines an EpisodeLog lets wait for its thread: past this, `append` waits for the disk (episodes that finish
 # faster than the disk syncs them, e.g. a scripted policy's, would otherwise pile up in memory: 1,575 lines
 # waiting, 86 MB peak for 2,000 ten-turn episodes against 64 MB with a hundred or so)
 PENDING_LINES = 64
+
+
+_checked: dict[Path, tuple[Any, dict[tuple[str, str], LineRef]]] = {}  # the last file checked, as it was read
+
+
+def check_episodes_file(path: str | Path, run_key: str) -> dict[tuple[str, str], LineRef]:
+    """Refuse an episodes file that is not this run's: a line that is no episode record, or another run key.
+
+    Reads the file only: a refused run leaves it as it was (DataFormatError or ConfigError, naming the fix).
+    Returns its `latest_lines`; asked again for the file unchanged (size and time), it does not read it again.
+    """
+    path = Path(path)
+    stamp = _stamp(path)
+    kept = _checked.get(path)
+    by_id = kept[1] if kept is not None and stamp is not None and kept[0] == stamp else latest_lines(path)
+    _checked.clear()
+    _checked[path] = (stamp, by_id)
+    other = {line.run_key for line in by_id.values()} - {run_key}
+    if other:
+        raise ConfigError(
+            f"{path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
+            f"run is {run_key}); write to a new output path or delete that file"
+        )
+    return by_id
 
 
 class EpisodeLog:
@@ -555,14 +625,8 @@ class EpisodeLog:
             )
 
     def _load(self, run_key: str) -> None:
-        _drop_partial_tail(self.path)
-        by_id = latest_lines(self.path)
-        other = {line.run_key for line in by_id.values()} - {run_key}
-        if other:
-            raise ConfigError(
-                f"{self.path} holds episodes of another configuration (run_key {sorted(map(str, other))}, this "
-                f"run is {run_key}); write to a new output path or delete that file"
-            )
+        by_id = check_episodes_file(self.path, run_key)  # before the file is touched: a refused run changes nothing
+        _drop_partial_tail(self.path)  # only a last line: a cut-off one is not in `by_id`, a whole one keeps its offset
         # one run: one line per seed, its last; a finished episode's line is kept as its offset only
         self.latest: dict[int | None, LineRef] = {line.seed: line for line in by_id.values()}
 
@@ -576,7 +640,7 @@ class EpisodeLog:
         if self._thread is None:
             raise RuntimeError(f"the episode log {self.path} is closed")
         self._raise_failed_write()
-        line = (record.to_jsonl() + "\n").encode("utf-8")
+        line = (redact_json_line(record.to_jsonl()) + "\n").encode("utf-8")
         with self._cond:
             # the only writer (the lock), in order (one thread): the line starts where the last one ended
             offset, self._end = self._end, self._end + len(line)
@@ -806,6 +870,8 @@ class Recorder:
         offset = self.log.append(record) if self.log else None
         self.attempted += 1
         if isinstance(record, FailedEpisode):
+            # made in a worker (Ray) that may not know the run's credentials: its message is redacted here too
+            record.error["message"] = redact(record.error["message"])
             self.failures[record.seed] = record
             self.attempt_failures.append(record)
         else:

@@ -32,7 +32,8 @@ from urllib.parse import urlsplit
 
 from ifgym.core import Episode, TurnRecord
 from ifgym.errors import ConfigError, UnknownNameError
-from ifgym.runner.records import RECORD_FILE, public_argv, public_config, run_name
+from ifgym.runner.records import RECORD_FILE, run_name
+from ifgym.runner.redaction import public, public_argv
 
 WANDB_INSTALL = "pip install 'ifgym[wandb]'  (wandb>=0.17,<0.32; make's set-up installs it)"
 MODES = ("online", "offline", "disabled")
@@ -258,7 +259,7 @@ class WandbLogger:
                 mode=self.settings["mode"],
                 dir=self.settings["dir"],
                 job_type="eval",
-                config=public_config(dict(config)) | {"run_key": run_key},
+                config=public(dict(config)) | {"run_key": run_key},
                 reinit="finish_previous",
             )
         # the run summary is the run's metrics (set in finish), never the last episode's values

@@ -211,6 +211,15 @@ def run_folder(arg: str | Path) -> Path:
     return folder
 
 
+def folder_notes(folder: Path) -> list[str]:
+    """What the page and `ifgym view` say of the folder's records: a run still going, or killed; a stale summary."""
+    from ifgym.runner.records import record_notes
+    from ifgym.runner.rollout import writer_alive
+
+    summary = read_summary(folder)
+    return record_notes(folder, writer_alive=writer_alive(episodes_path(folder, summary)))
+
+
 def run_folders(folder: Path) -> list[Path]:
     """The finished runs under `folder` (every folder below it holding a summary.json), by path."""
     return sorted(p.parent for p in folder.rglob("summary.json") if p.parent != folder)
@@ -255,6 +264,7 @@ def run_data(folder: Path, *, sample_size: int = SAMPLE_SIZE) -> dict[str, Any]:
         "episodes": page,
         "sample": sample_items(episodes, sample_size),
         "labels": read_labels(folder),
+        "notes": folder_notes(folder),
     }
 
 
@@ -503,6 +513,9 @@ def view_command(args: list[str]) -> int:
         print(write_runs_page(browse, sample_size=sample), flush=True)
         return 0
     path = write_report(runs, sample_size=sample)
+    for run in runs:
+        for note in folder_notes(run_folder(run)):
+            print(f"ifgym: {note}", file=sys.stderr)
     print(path, flush=True)
     if serve_it:
         serve(path.parent, port=port, seconds=seconds, idle_seconds=idle)

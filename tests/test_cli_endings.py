@@ -8,21 +8,14 @@ once a given number of episodes are in its episodes file.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from support.canned_server import CannedServer, eval_args
+from support.eval_process import lines, start_eval, wait_for_lines
 
 from ifgym.cli import main
-
-
-def lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def records(folder: Path) -> tuple[dict, dict]:
@@ -83,31 +76,6 @@ def test_every_episode_failed_is_a_finished_run_with_failures(tmp_path, capsys):
 
 
 # --- a real `ifgym eval` process: signals, kill -9 and a second writer ----------------------------------------------
-
-
-def start_eval(args: list[str], cwd: Path) -> subprocess.Popen:
-    """`python -m ifgym.cli *args`, Ctrl-C handled as in a terminal (a background job may inherit SIGINT ignored)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "ifgym.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, "WANDB_MODE": "disabled"},
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-
-
-def wait_for_lines(path: Path, n: int, proc: subprocess.Popen) -> None:
-    """Wait until `path` holds `n` lines (a guard against a hang, not a speed check)."""
-    deadline = time.monotonic() + 180
-    while len(lines(path)) < n:
-        if proc.poll() is not None:
-            raise AssertionError(f"the run ended before {n} lines: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"no {n} lines in {path} after 180 s")
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

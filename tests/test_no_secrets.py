@@ -1,10 +1,12 @@
 """No credential anywhere: an `ifgym eval` with canary credentials (in the URL, the API key variable and a
-custom header), logged to W&B offline and run on Ray, leaves none of them in any file it or the libraries
-it uses wrote (run folder, Hydra's records, W&B's run files, Ray's logs), nor in what it printed."""
+custom header), logged to W&B offline and run on Ray, or swept with `-m` against a server that echoes them
+in its error bodies, leaves none of them in any file it or the libraries it uses wrote (run folders, Hydra's
+records, W&B's run files, Ray's logs), nor in what it printed; nor does `--cfg job`."""
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -92,3 +94,74 @@ def test_canary_credentials_reach_the_server_and_no_file_or_output(tmp_path, ray
     assert [c.decode() for c in CANARIES if c in printed] == []
     assert "Ray: a local instance with 2 CPUs" in err and "SIGTERM handler is not set" not in err
     assert processes_naming(ray_temp) == []  # the run's Ray instance ended with it
+
+
+def echo(headers: dict[str, str]) -> dict:
+    """A gateway's error body that echoes the credentials it was sent (the Basic pair decoded too)."""
+    auth = headers.get("authorization", "")
+    decoded = base64.b64decode(auth[6:]).decode() if auth.startswith("Basic ") else ""
+    message = f"rejected: headers {json.dumps(headers)}; basic user:password {decoded}"
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
+
+
+def ok(text: str) -> dict:
+    """A normal chat answer, as a fault entry (the faults are answered in order)."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": "canned-model", "choices": [choice]}
+
+
+def test_a_sweep_against_an_echoing_server_and_cfg_job_leave_no_credential_anywhere(tmp_path):
+    home = tmp_path / "home"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    # a key variable whose name says nothing of a key: only `api_key_env` tells that it holds one
+    env = {**base, "HOME": str(home), "NETRC": "/nonexistent/netrc", "WANDB_MODE": "offline", "LLM_CRED": API_KEY}
+    # job 0 (user:password in the URL: Basic auth): its first request echoed, job 1 (the key: Bearer) likewise
+    faults = [(400, {}, echo), (200, {}, ok("Fine.")), (200, {}, ok("Fine.")), (400, {}, echo)]
+    with CannedServer(replies=["A short reply."], faults=faults) as server:
+        secret_url = server.base_url.replace("http://", f"http://{USER}:{PASSWORD}@")
+        overrides = ["policy=openai", f"policy.llm.base_url={secret_url},{server.base_url}"]
+        overrides += ["policy.llm.model=canned-model", "policy.llm.api_key_env=LLM_CRED", "policy.llm.max_retries=0"]
+        overrides += [f"+policy.llm.headers={{X-Gateway-Key:{HEADER}}}", "logger=wandb", "episodes=2"]
+        overrides += ["env.max_turns=2", "concurrency=1", "max_failure_rate=1", "ci_resamples=200"]
+        sweep = subprocess.run(
+            [sys.executable, "-m", "ifgym.cli", "eval", "-m", *overrides],
+            capture_output=True,
+            timeout=600,
+            cwd=tmp_path,
+            env=env,
+        )
+        cfg = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ifgym.cli",
+                "eval",
+                "--cfg",
+                "job",
+                *overrides[:1],
+                f"policy.llm.base_url={secret_url}",
+            ]
+            + overrides[2:],
+            capture_output=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+        headers, statuses = list(server.headers), list(server.statuses)
+    err = sweep.stderr.decode(errors="replace")
+    assert sweep.returncode == 1, err  # an echoed error failed one episode of each job
+    assert cfg.returncode == 0 and b"X-Gateway-Key: [redacted]" in cfg.stdout, cfg.stderr
+    # the canaries were in use: Basic for job 0, the key for job 1, the header for both; echoed twice
+    assert all(h.get("x-gateway-key") == HEADER for h in headers)
+    assert {h.get("authorization") for h in headers} == {f"Basic {CANARIES[-1].decode()}", f"Bearer {API_KEY}"}
+    assert statuses.count(400) == 2
+    (sweep_dir,) = (tmp_path / "runs").iterdir()
+    jobs = [sweep_dir / "0", sweep_dir / "1"]
+    for job in jobs:
+        assert list(job.glob("wandb/offline-run-*/run-*.wandb")) and (job / ".hydra" / "overrides.yaml").is_file()
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["failures"]["episodes"] == 1 and "rejected: headers" in json.dumps(summary["failures"])
+    assert b"#0 : " in sweep.stdout and b"#1 : " in sweep.stdout  # Hydra's launch lines, printed
+    assert leaks([tmp_path]) == []  # run folders, .hydra, multirun.yaml, sweep table, W&B (run folders and HOME)
+    printed = sweep.stdout + sweep.stderr + cfg.stdout + cfg.stderr
+    assert [c.decode() for c in CANARIES if c in printed] == []

@@ -194,13 +194,15 @@ def test_sweep_jobs_are_grouped_by_the_sweep(tmp_path):
 
 
 def test_public_argv_shows_libraries_the_arguments_without_credentials_and_restores_them(monkeypatch):
-    # W&B (eval, train, agreement) reads sys.argv while a run starts; inside the block it reads the cleaned form
-    from ifgym.runner.records import public_argv
+    # W&B (eval, train, agreement) reads sys.argv while a run starts; inside the block it reads the public form,
+    # the credentials as the variables the recorded command names
+    from ifgym.runner.redaction import public_argv
 
     argv = ["ifgym", "eval", "policy.llm.base_url=http://u:canary-pw-7@127.0.0.1:9/v1", "episodes=2"]
     monkeypatch.setattr(sys, "argv", list(argv))
     with public_argv():
-        assert sys.argv == ["ifgym", "eval", "policy.llm.base_url=http://127.0.0.1:9/v1", "episodes=2"]
+        url = "http://${oc.env:IFGYM_POLICY_LLM_BASE_URL_USERINFO}@127.0.0.1:9/v1"
+        assert sys.argv == ["ifgym", "eval", f"policy.llm.base_url={url}", "episodes=2"]
     assert sys.argv == argv
 
 

@@ -20,7 +20,8 @@ A reply longer than the request's ``max_tokens`` (counted in words) is cut there
 of an OpenAI-style error: a dict is sent as JSON (e.g. ``(200, {}, {"choices": []})`` for a
 malformed answer), a string as it is, labelled ``text/html`` unless the fault's headers set a
 ``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
-error page from a gateway). A fault of status ``0`` closes the connection without answering a byte
+error page from a gateway); a function is given the request's headers and makes the body (a
+gateway that echoes the credentials it was sent). A fault of status ``0`` closes the connection without answering a byte
 (a server that crashed or reset the connection).
 ``logprobs`` (a function of the request body giving the first answer token's alternatives as
 (token, log-probability) pairs, likeliest first) makes a request with ``"logprobs": true`` get them
@@ -73,7 +74,7 @@ class CannedServer:
         replies: Reply = ("OK.",),
         *,
         model: str = "canned-model",
-        faults: Sequence[tuple[int, dict[str, str]] | tuple[int, dict[str, str], dict[str, Any] | str]] = (),
+        faults: Sequence[tuple[int, dict[str, str]] | tuple[int, dict[str, str], Any]] = (),
         delay: float = 0.0,
         include_usage: bool = True,
         max_requests: int = 1000,
@@ -181,15 +182,19 @@ class CannedServer:
             self.ports.append(port)
             self.statuses.append(0)  # filled in below, so statuses[i] always belongs to requests[i]
             index = len(self.requests) - 1
-        status, headers, out = self._reply(index, body)
+        status, headers, out = self._reply(index, body, headers)
         with self._lock:
             self.statuses[index] = status
         return status, headers, out
 
-    def _reply(self, index: int, body: dict[str, Any]) -> tuple[int, dict[str, str], dict[str, Any]]:
+    def _reply(
+        self, index: int, body: dict[str, Any], request_headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
         if index < len(self.faults):
             status, headers, *body_given = self.faults[index]
             out = body_given[0] if body_given else _error_body(f"injected fault {status}", "server_error", None)
+            if callable(out):  # a body made from the request's headers (a gateway echoing what it was sent)
+                out = out(request_headers)
             return status, dict(headers), out
         if body.get("model") != self.model:
             message = f"The model `{body.get('model')}` does not exist or you do not have access to it."
