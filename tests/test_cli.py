@@ -249,6 +249,23 @@ def test_a_judge_model_without_a_url_is_refused_not_played_by_the_embedded_model
     assert not (tmp_path / "e.jsonl").exists()
 
 
+def test_a_rerun_after_the_server_moved_resumes_and_run_json_says_where_each_found_it(tmp_path, capsys):
+    from support.canned_server import eval_args
+
+    out = tmp_path / "run" / "episodes.jsonl"
+    with CannedServer(replies=["First home."]) as first:
+        assert main(eval_args(first, out, 2)) == 0
+    with CannedServer(replies=["Second home."]) as second:
+        assert first.base_url != second.base_url
+        assert main(eval_args(second, out, 3)) == 0, capsys.readouterr().err
+        assert len(second.requests) == 2  # one more episode of two turns; the first two were kept
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["seed"] for line in lines) == [0, 1, 2]
+    record = json.loads((out.parent / "run.json").read_text())
+    hosts = [i["servers"]["policy"] for i in record["invocations"]]
+    assert hosts == [u.split("/")[2] for u in (first.base_url, second.base_url)]
+
+
 def test_help_into_a_pipe_closed_early_ends_quietly():
     # `ifgym eval --help | head -1`: the reader is gone before the help is written; no traceback, exit 0
     code = (
