@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib
+import importlib.util
 import os
 import re
 import threading
@@ -39,7 +41,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import aiohttp
-import httpx2
 import openai
 
 from ifgym.errors import (
@@ -83,6 +84,11 @@ CONTEXT_LENGTH_PHRASES = re.compile(
     r"|longer than the maximum model length|tokens \+ max_new_tokens must be <=",
     re.IGNORECASE,
 )
+# The SDK's HTTP library, whose errors the transport raises: httpx (openai 2) or httpx2 (openai 3).
+_HTTP_LIBRARIES = tuple(importlib.import_module(n) for n in ("httpx", "httpx2") if importlib.util.find_spec(n))
+READ_TIMEOUTS = tuple(lib.ReadTimeout for lib in _HTTP_LIBRARIES)
+READ_ERRORS = tuple(lib.ReadError for lib in _HTTP_LIBRARIES)
+HTTP_ERRORS = tuple(lib.HTTPError for lib in _HTTP_LIBRARIES)
 # The header in which the SDK tells the server how many times it has sent this request before.
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 
@@ -119,14 +125,14 @@ class AnswerTimedOut(openai.APITimeoutError):
 class NoResendHTTPClient(openai.DefaultAioHttpClient):
     """The SDK's aiohttp client, except that a request whose answer timed out is not sent again (module docstring)."""
 
-    async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+    async def send(self, request: Any, **kwargs: Any) -> Any:
         try:
             return await super().send(request, **kwargs)
-        except httpx2.ReadTimeout as exc:
+        except READ_TIMEOUTS as exc:
             raise AnswerTimedOut(request=request) from exc
 
 
-def retries_of(request: httpx2.Request | None) -> int:
+def retries_of(request: Any) -> int:
     """How many times the SDK had sent `request` before (its retry-count header), 0 when unknown."""
     value = request.headers.get(RETRY_COUNT_HEADER) if request is not None else None
     return int(value) if value and value.isdigit() else 0
@@ -368,20 +374,21 @@ class ServedBackend:
             return self._status_error(exc)
         if isinstance(exc, AnswerTimedOut):
             return self._timed_out(f"did not answer within {self.config.timeout}s ({after})")
-        if isinstance(exc, openai.APIConnectionError):
-            causes = _causes(exc)
-            if any(isinstance(c, aiohttp.ClientPayloadError | httpx2.ReadError) for c in causes):
-                return ConnectionDroppedError(
-                    f"the model server at {self.shown_url} dropped the connection in the middle of its answer "
-                    f"({_root(exc)}; {after}); check the server log"
-                )
-            return self._unreachable(_root(exc), after)
-        if isinstance(exc, aiohttp.ClientResponseError | aiohttp.http_exceptions.HttpProcessingError):
-            return BackendError(
-                f"{self.shown_url} answered what the HTTP client refuses ({_root(exc)}): an oversized or malformed "
-                "answer; check the server, or a proxy in front of it"
+        causes = _causes(exc)
+        if any(isinstance(c, (aiohttp.ClientPayloadError, *READ_ERRORS)) for c in causes):
+            return ConnectionDroppedError(
+                f"the model server at {self.shown_url} dropped the connection in the middle of its answer "
+                f"({_root(exc)}; {after}); check the server log"
             )
-        if isinstance(exc, openai.OpenAIError | aiohttp.ClientError | httpx2.HTTPError):
+        refused = (aiohttp.ClientResponseError, aiohttp.http_exceptions.HttpProcessingError)
+        if any(isinstance(c, refused) for c in causes):
+            return BackendError(
+                f"{self.shown_url} answered what the HTTP client refuses ({_root(exc)}; {after}): an oversized or "
+                "malformed answer; check the server, or a proxy in front of it"
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            return self._unreachable(_root(exc), after)
+        if isinstance(exc, (openai.OpenAIError, aiohttp.ClientError, *HTTP_ERRORS)):
             return BackendError(f"call to {self.shown_url} failed: {_root(exc)}")
         raise exc
 
