@@ -1,12 +1,14 @@
 """The episode runner's throughput, CPU and memory, side by side in one run.
 
-    python benchmarks/runner.py [--latency 0.2] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only PART] [--profile]
+    python benchmarks/runner.py [--latency 0.2 1.0] [--turns 4] [--sizes 50 500 2000] [--no-ray] [--only PART]
+                                [--profile]
 
 Throughput: EvolIF-v1 episodes (rule judge, patience off, `--turns` turns) whose policy is a
-ChatPolicy over HTTP against tests/support/canned_server.py on 127.0.0.1, which answers every
-request after a fixed `--latency`. The server runs in a process of its own (a fresh one per row),
-so its CPU is counted apart and it takes no GIL from the driver. One turn is one policy call, so
-the ideal is concurrency / latency turns/s; the table gives turns/s, its ratio to that ideal, the
+ChatPolicy over HTTP (the openai SDK over its aiohttp transport, as every served model is called)
+against tests/support/canned_server.py on 127.0.0.1, which answers every request after a fixed
+latency: each of `--latency` in turn (0.2 s and 1 s by default). The server runs in a process of its
+own (a fresh one per row), so its CPU is counted apart and it takes no GIL from the driver. One turn is
+one policy call, so the ideal is concurrency / latency turns/s; the table gives turns/s, its ratio to that ideal, the
 driver's CPU per turn (env + client; Ray workers' CPU is not in it), the server's, and the one over the
 other: the server's CPU a turn is a fixed piece of work, so that quotient compares runs made while the
 machine ran at different speeds. At concurrency
@@ -26,11 +28,12 @@ Every row runs on the loop `ifgym.llm.loop.run_async` starts (uvloop where insta
 Pause: the CPU of the same 4-turn EvolIF episode (env only) after a pause of 0, 2 or 10 ms, slept or spun,
 the pauses shuffled: what the memory going cold between turns costs on this machine.
 
-Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env) through ifgym's LLMClient (over
-`ifgym.llm.wire`), a bare aiohttp post of the same request (the transport before wire; the dev extra
-installs aiohttp), and, where `openai` is installed, the openai SDK over httpx2 (the client before that):
-what the client adds to its transport, and what each transport change saved; with uvloop installed,
-`LLMClient.achat` on uvloop's and asyncio's loop, alternated 3 times.
+Transport: CPU per call of 2,048 chat calls at concurrency 64 (no env), at each latency, through ifgym's
+LLMClient (the openai SDK's `chat.completions.create` over its aiohttp transport, and what ifgym adds:
+validation, usage, the named errors), the SDK's `chat.completions.create` alone over the same transport,
+the SDK over its default transport (httpx, or httpx2 from openai 3), and a bare aiohttp post of the
+same request (what an HTTP client costs at the least); with uvloop installed, `LLMClient.achat` on
+uvloop's and asyncio's loop, alternated 3 times.
 
 Memory: peak RSS of a fresh process that runs N 10-turn scripted episodes (no server) into a JSONL, then
 builds the run's summary as `ifgym eval` does (one pass over the file: strict and loose metrics, usage,
@@ -259,7 +262,7 @@ def peak_rss(n):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latency", type=float, default=0.2)
+    parser.add_argument("--latency", type=float, nargs="+", default=[0.2, 1.0], help="server latencies, s")
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--sizes", type=int, nargs="*", default=[50, 500, 2000])
     parser.add_argument("--no-ray", action="store_true")
@@ -274,11 +277,13 @@ def main():
     )
     args = parser.parse_args()
     if args.only in (None, "throughput"):
-        print_throughput(args)
+        for latency in args.latency:
+            print_throughput(args, latency)
     if args.only in (None, "pause"):
         print_pause()
     if args.only in (None, "transport"):
-        print_transport(args.latency)
+        for latency in args.latency:
+            print_transport(latency)
     if args.only in (None, "memory"):
         print_memory(args.sizes)
 
@@ -290,11 +295,18 @@ HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer x"}
 def transport_calls(base_url):
     """{name: (async call, async close)}: one chat request each way, the same body."""
     import aiohttp
+    import openai
 
     calls = {}
     client = make_client(LLMConfig(base_url=base_url, model="canned-model", concurrency=64, api_key_env=None))
     calls["ifgym LLMClient.achat"] = (lambda: client.achat(MESSAGES), _nothing)
     payload = {"model": "canned-model", "messages": MESSAGES, "temperature": 0.0, "max_tokens": 512}
+    for name, http_client in (
+        ("SDK create, aiohttp", openai.DefaultAioHttpClient()),
+        ("SDK create, its default", openai.DefaultAsyncHttpxClient()),  # httpx (openai 2) or httpx2 (openai 3)
+    ):
+        sdk = openai.AsyncOpenAI(base_url=base_url, api_key="x", http_client=http_client)
+        calls[name] = (lambda sdk=sdk: sdk.chat.completions.create(**payload), sdk.close)
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
 
     async def bare():
@@ -303,19 +315,6 @@ def transport_calls(base_url):
             return json.loads(await resp.read())
 
     calls["bare aiohttp post"] = (bare, session.close)
-    try:
-        import httpx2
-        import openai
-    except ImportError:
-        print("  (openai SDK over httpx2: not installed, `pip install openai httpx2` to compare)")
-        return calls
-    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
-    sdk = openai.AsyncOpenAI(base_url=base_url, api_key="x", http_client=httpx2.AsyncClient(limits=limits))
-
-    async def through_sdk():
-        return json.loads((await sdk.post("/chat/completions", body=payload, cast_to=httpx2.Response)).content)
-
-    calls["openai SDK over httpx2"] = (through_sdk, sdk.close)
     return calls
 
 
@@ -373,29 +372,29 @@ def print_transport(latency, n=2048, concurrency=64, pairs=3):
         print("  (uvloop not installed: `pip install 'ifgym[uvloop]'` to compare the loops)")
 
 
-def print_throughput(args):
+def print_throughput(args, latency):
     rows = []
-    throughput(args.latency, args.turns, 2, 2)  # warm-up: imports, the first connections
+    throughput(latency, args.turns, 2, 2)  # warm-up: imports, the first connections
     # rounds of `concurrency` episodes: at 64, 16 rounds (1,024 episodes: ramp-up and tail are a small share)
     settings = [(1, 4), (8, 4), (64, 16), (256, 4)]
     reports = []
     for c, rounds in settings:
         label = f"concurrency {c}" + (f", {rounds} rounds" if rounds != 4 else "")
-        rows.append(("in-process", label, throughput(args.latency, args.turns, c, rounds * c)))
-        cli_row = cli_throughput(args.latency, args.turns, c, rounds * c)
+        rows.append(("in-process", label, throughput(latency, args.turns, c, rounds * c)))
+        cli_row = cli_throughput(latency, args.turns, c, rounds * c)
         rows.append(("ifgym eval", label, cli_row))
         reports.append((f"{c * rounds} episodes", cli_row))
         if args.baseline and c == 64:  # the other checkout's command beside this one's
-            base_row = cli_throughput(args.latency, args.turns, c, rounds * c, pythonpath=args.baseline)
+            base_row = cli_throughput(latency, args.turns, c, rounds * c, pythonpath=args.baseline)
             rows.append(("baseline", label, base_row))
             reports.append((f"{c * rounds}, baseline", base_row))
-    no_http = _play(None, args.latency, args.turns, 64, 256)
+    no_http = _play(None, latency, args.turns, 64, 256)
     rows.append(("in-process", "64, no HTTP", {**no_http, "turns_per_s": None, "server_cpu_ms_per_turn": None}))
     if not args.no_ray:
         for w in (1, 2):
-            rows.append(("ray", f"{w} worker(s) x 8", throughput(args.latency, args.turns, 8, 32 * w, "ray", w)))
+            rows.append(("ray", f"{w} worker(s) x 8", throughput(latency, args.turns, 8, 32 * w, "ray", w)))
     print(
-        f"\nthroughput: {args.turns}-turn episodes, server latency {args.latency}s, {event_loop_name()} loop, "
+        f"\nthroughput: {args.turns}-turn episodes, server latency {latency}s, {event_loop_name()} loop, "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
     )
     print(
@@ -415,19 +414,19 @@ def print_throughput(args):
         cells = "  ".join(f"{name} {p[name][0]:.2f} ({p[name][1]:.2f})" for name in PHASES if name in p)
         print(f"  {what:>16}: {cells}")
     if args.profile:
-        profile_cli(args)
+        profile_cli(args, latency)
 
 
 PHASES = ("total", "run", "report", "intervals", "plots")
 
 
-def profile_cli(args, concurrency=64, rounds=16):
+def profile_cli(args, latency, concurrency=64, rounds=16):
     """cProfile of `ifgym eval` at `concurrency` (its episodes and report): the top functions by own time."""
     import pstats
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "eval.prof")
-        row = cli_throughput(args.latency, args.turns, concurrency, rounds * concurrency, profile_to=path)
+        row = cli_throughput(latency, args.turns, concurrency, rounds * concurrency, profile_to=path)
         print(
             f"\nprofile of ifgym eval at concurrency {concurrency}, {rounds * concurrency} episodes "
             f"(cProfile slows it; ratio {row['ratio']:.2f}, load {os.getloadavg()[0]:.2f}); top 30 by own time:"

@@ -21,15 +21,17 @@ def _help(text: str, default: Any = MISSING, **kw: Any) -> Any:
 class LLMConf:
     """Mirror of ifgym.llm.LLMConfig (OmegaConf needs typing.Optional)."""
 
-    base_url: str | None = _help("OpenAI-compatible base URL; null = the embedded llama.cpp model", None)
+    base_url: str | None = _help(
+        "OpenAI-compatible base URL (OPENAI_BASE_URL is not read); null = the embedded model", None
+    )
     model: str = _help("model name sent to the server", "qwen2.5-coder-1.5b-instruct")
     api_key_env: str | None = _help("name of the environment variable holding the API key", "OPENAI_API_KEY")
     temperature: float = _help("sampling temperature", 0.0)
     top_p: float | None = _help("nucleus sampling; null = server default", None)
     max_tokens: int = _help("longest completion", 512)
     seed: int | None = _help("sampling seed forwarded to the server", None)
-    timeout: float = _help("seconds per request (a timed-out request is not sent again)", 60.0)
-    max_retries: int = _help("retries on 408/409/429/5xx and dropped connections (retry-after honoured); counted", 4)
+    timeout: float = _help("seconds to wait for an answer (a timed-out request is not sent again)", 60.0)
+    max_retries: int = _help("the openai SDK's retries (408/409/429/5xx, connection errors; retry-after); counted", 4)
     concurrency: int | None = _help("requests in flight for this role; null = the run's `concurrency`", None)
     max_reply_chars: int = _help("longest reply kept, in characters", 100_000)
     long_reply: str = _help(
@@ -45,6 +47,10 @@ class LLMConf:
         "more request-body fields the server reads, e.g. sampling keys top_k, min_p (not the fields above)",
         default_factory=dict,
     )
+    api_type: str = _help(
+        "openai (any OpenAI-compatible server) | azure (Azure OpenAI: model = the deployment)", "openai"
+    )
+    api_version: str | None = _help("Azure OpenAI's api-version (api_type=azure); null otherwise", None)
 
 
 @dataclass

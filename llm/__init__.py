@@ -1,4 +1,4 @@
-"""The one client for every model call: OpenAI-compatible HTTP, or the embedded llama.cpp model.
+"""The one client for every model call: a served model through the `openai` SDK, or the embedded llama.cpp model.
 
 Roles (policy, user, judge) each get their own client, so each has its own concurrency limit
 and token counter. Only this package talks to models. Import what a user calls from `ifgym.llm`
@@ -13,15 +13,16 @@ and token counter. Only this package talks to models. Import what a user calls f
   `resolve_client` (a client as given, or one built from a config and `announce`d once: which model
   plays the role, `model_place`), and `check_servers` (each server asked once, before a run, whether
   it answers and serves the model);
-- `http`: the OpenAI-compatible backend: requests, retries, errors that name the fix;
-- `wire`: its HTTP/1.1 transport (kept-alive connections, answers parsed by httptools, proxies, TLS);
+- `served`: served models through the `openai` SDK (`AsyncOpenAI` over aiohttp, or `AsyncAzureOpenAI`; the SDK
+  does the HTTP, retries, timeouts, proxies and TLS), errors that name the fix, the check before a run;
+- `embeddings`: `EmbeddingClient`, a served embedder through the same backend;
 - `embedded`: the llama.cpp backend in this process (`EmbeddedBackend`);
 - `models`: the embedded model files (Qwen joined from its part packages, SmolLM2 located);
 - `loop`: the event loop every blocking entry point that awaits model calls runs on (`run_async`:
   uvloop's where installed, the young generation collected less often while it runs).
 
-Heavy libraries load lazily: `import ifgym.llm` imports neither `httptools` nor `llama_cpp`; the
-first HTTP call imports `httptools`, the first embedded call imports `llama_cpp`.
+Heavy libraries load lazily: `import ifgym.llm` imports neither `openai` nor `llama_cpp`; the first
+client of a served model imports `openai`, the first embedded call imports `llama_cpp`.
 """
 
 from ifgym.llm.cache import CallCache

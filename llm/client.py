@@ -1,7 +1,8 @@
 """`LLMClient`, the one client for every model call, and `make_client`.
 
 A client serves one role (policy, user, judge): its own concurrency limit and usage counter. It
-validates and cleans the messages, sends them to its backend (HTTP or embedded), and counts, cleans
+validates and cleans the messages, sends them to its backend (a served model through the `openai`
+SDK, llm/served.py, or the embedded model), and counts, cleans
 and cuts the reply into a Completion; every call is also counted in the running episode's usage.
 With a `cache` (llm/cache.py) a call made before is answered from it and counted as a cache hit.
 """
@@ -32,15 +33,15 @@ from ifgym.llm.conversation import (
     validate_messages,
 )
 from ifgym.llm.embedded import EmbeddedBackend, embedded_extra
-from ifgym.llm.http import HTTPBackend, ServerReply
 
 
 class LLMClient:
     """A chat model for one role (policy, user or judge): sync + async, concurrency limit, usage.
 
-    With `config.base_url` it talks to an OpenAI-compatible server (llm/http.py: retries of
-    408/409/429/5xx and connection errors, honouring `retry-after`); without it, it runs the
-    embedded llama.cpp model in process. Every failure is a BackendError that names the fix;
+    With `config.base_url` it talks to an OpenAI-compatible server through the `openai` SDK
+    (llm/served.py: the SDK's retries, except for a request that timed out); without it, it runs
+    the embedded llama.cpp model in process, and a `model` named without a `base_url` is refused
+    (no served model is silently replaced by the embedded one). Every failure is a BackendError that names the fix;
     `config_key` is where the settings were given (e.g. `policy.llm`), so a message names
     `policy.llm.timeout` rather than `timeout`. With `cache` (a CallCache), calls it holds are
     answered from it (`usage.cache_hits`) and new ones stored.
@@ -66,20 +67,29 @@ class LLMClient:
         self.usage = Usage()
         self._usage_lock = threading.Lock()
         self._sync_limit = threading.BoundedSemaphore(config.concurrency)
-        # asyncio primitives belong to one event loop: one semaphore (and HTTP connections) per loop.
+        # asyncio primitives belong to one event loop: one semaphore (and SDK client) per loop.
         self._per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[asyncio.Semaphore, Any]]
         self._per_loop = weakref.WeakKeyDictionary()
         self._per_loop_lock = threading.Lock()
         self._last_loop: tuple[weakref.ref[asyncio.AbstractEventLoop], tuple[asyncio.Semaphore, Any]] | None = None
         self._embedded: EmbeddedBackend | None = None
-        self._http: HTTPBackend | None = None
+        self._http: Any = None  # a ServedBackend (llm/served.py, which imports the SDK) for a served model
         self._extra = dict(config.extra)
         if config.base_url is None:
+            if config.model != LLMConfig.model:
+                model, url = _key(config_key, "model"), _key(config_key, "base_url")
+                raise ConfigError(
+                    f"{model}={config.model!r} names a served model but {url} is not set: set "
+                    f"{url}=http://HOST:PORT/v1 (ifgym reads no OPENAI_BASE_URL), or leave {model} unset for the "
+                    f"embedded model ({_key(config_key, 'embedded_model')})"
+                )
             self._extra = embedded_extra(self._extra, config_key)  # checked now, not at the first call
             self._embedded = EmbeddedBackend(config.embedded_model, n_ctx=config.n_ctx, n_threads=config.n_threads)
             self.model = self._embedded.name
         else:
-            self._http = HTTPBackend(config, self._tally, config_key)
+            from ifgym.llm.served import ServedBackend
+
+            self._http = ServedBackend(config, self._tally, config_key)
             self.model = config.model
 
     def __deepcopy__(self, memo: dict) -> LLMClient:
@@ -165,7 +175,7 @@ class LLMClient:
         return self._embedded.count_tokens(msgs)
 
     def close(self) -> None:
-        """Close the sync calls' HTTP connections (async ones close with their event loop)."""
+        """Close the sync calls' SDK client (async ones close with their event loop)."""
         if self._http is not None:
             self._http.close()
 
@@ -247,7 +257,7 @@ class LLMClient:
             text, prompt or 0, completion or 0, usage_reported=reported, cleaned=cleaned, truncated=truncated, **fields
         )
 
-    def _from_server(self, reply: ServerReply) -> Completion:
+    def _from_server(self, reply: Any) -> Completion:
         return self._reply(
             reply.text,
             reply.prompt_tokens,
@@ -299,8 +309,12 @@ def make_client(
     if isinstance(config, LLMConfig):
         return LLMClient(config, role, config_key, cache)
     if isinstance(config, Mapping):
-        return LLMClient(config_from_mapping(config), role, config_key, cache)
+        return LLMClient(config_from_mapping(config, config_key), role, config_key, cache)
     raise ConfigError(f"make_client needs an LLMConfig or a mapping of its fields; got {config!r}")
+
+
+def _key(config_key: str | None, name: str) -> str:
+    return f"`{config_key}.{name}`" if config_key else f"`{name}`"
 
 
 logger = logging.getLogger(__name__)

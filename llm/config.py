@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +15,22 @@ from ifgym.llm.models import EMBEDDED_MODELS
 
 # Generation settings a single call may override; everything else is fixed per client.
 GEN_KEYS = ("temperature", "top_p", "max_tokens", "seed")
+# Which API a served model speaks: OpenAI's routes, or Azure OpenAI's (a deployment per model, api-version, api-key).
+API_TYPES = ("openai", "azure")
 # Sent when no API key is configured: local OpenAI-compatible servers ignore the key.
 PLACEHOLDER_API_KEY = "not-needed-for-local-servers"
+
+
+def _is_base_url(v: object) -> bool:
+    """An absolute http(s) URL with a host, nothing a request line or a header could be split by, no fragment."""
+    if not isinstance(v, str) or any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in v) or "#" in v:
+        return False
+    try:
+        parts = urllib.parse.urlsplit(v)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _is_int(v: object) -> bool:
@@ -28,8 +44,14 @@ def _is_number(v: object) -> bool:
 # name -> (is the value acceptable?, what is expected). One table for config fields and overrides.
 _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "base_url": (
-        lambda v: v is None or (isinstance(v, str) and v.startswith(("http://", "https://"))),
-        "None (embedded model) or an http(s) URL such as 'http://127.0.0.1:8000/v1'",
+        lambda v: v is None or _is_base_url(v),
+        "None (embedded model) or an http(s) URL such as 'http://127.0.0.1:8000/v1' (a host; no space, line break "
+        "or #fragment)",
+    ),
+    "api_type": (lambda v: v in API_TYPES, "'openai' (any OpenAI-compatible server) or 'azure' (Azure OpenAI)"),
+    "api_version": (
+        lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+        "None or Azure OpenAI's API version, e.g. '2024-10-21' (api_type=azure needs one)",
     ),
     "model": (lambda v: isinstance(v, str) and v.strip() != "", "a non-empty model name"),
     "api_key_env": (
@@ -59,24 +81,36 @@ _CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def check_field(name: str, value: object) -> None:
-    """Raise ConfigError naming the field, what it must be and the value given, unless `value` fits `name`."""
+def check_field(name: str, value: object, where: str = "LLMConfig") -> None:
+    """Raise ConfigError naming the field (`where.name`), what it must be and the value given, unless it fits.
+
+    A URL is shown without its `user:password@` and its query (either may hold a key).
+    """
     ok, expected = _CHECKS[name]
     if not ok(value):
-        raise ConfigError(f"LLMConfig.{name} must be {expected}; got {value!r}")
+        shown = url_without_credentials(value) if name == "base_url" and isinstance(value, str) else value
+        raise ConfigError(f"{where}.{name} must be {expected}; got {shown!r}")
+
+
+def url_without_credentials(url: str) -> str:
+    """`url` without its `user:password@` and its query (either may hold a key), for messages."""
+    url = re.split(r"[?#]", url, maxsplit=1)[0]
+    return re.sub(r"^([^:/]*://)[^/]*@", r"\1", url)
 
 
 @dataclass
 class LLMConfig:
     """How to reach a model. No base_url → the embedded llama.cpp backend.
 
-    The API key is never stored here: `api_key_env` names the environment variable that holds it.
-    `timeout` (seconds per HTTP attempt) and `max_retries` serve the HTTP path only: it retries
-    408/409/429/5xx and connection errors with exponential backoff, honouring `retry-after` /
-    `retry-after-ms`; a timed-out request is not sent again (the server is likely still busy with it).
-    `extra` is sent as additional request fields (HTTP: fields of the JSON body; embedded: keyword arguments
-    of `Llama.create_chat_completion`, e.g. `top_k`). `headers` are sent with every HTTP request (a
-    gateway's key, say; they win over ifgym's own); run records show their names, never their values.
+    A served model is reached through the `openai` SDK (llm/served.py), and only at `base_url`: ifgym reads
+    no `OPENAI_BASE_URL`. `api_type="azure"` speaks Azure OpenAI (`base_url` the resource's endpoint,
+    `model` the deployment, `api_version` required). The API key is never stored here: `api_key_env`
+    names the environment variable that holds it. `timeout` (seconds to wait for an answer; connecting
+    has its own, shorter limit) and `max_retries` are the SDK's; a request whose answer timed out is not
+    sent again (the server is likely still busy with it). `extra` is sent as additional request fields
+    (served: the SDK's `extra_body`; embedded: keyword arguments of `Llama.create_chat_completion`, e.g.
+    `top_k`). `headers` are sent with every request (a gateway's key, say; they win over ifgym's own);
+    run records show their names, never their values.
     A reply longer than `max_reply_chars` is cut there and counted (`long_reply="truncate"`) or raises
     ReplyTooLongError (`"fail"`).
     """
@@ -99,6 +133,8 @@ class LLMConfig:
     n_threads: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     headers: dict[str, str] = field(default_factory=dict)
+    api_type: str = "openai"
+    api_version: str | None = None
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -106,20 +142,30 @@ class LLMConfig:
         clash = sorted(set(self.extra) & {*GEN_KEYS, "model", "messages"})
         if clash:
             raise ConfigError(f"LLMConfig.extra must not set {', '.join(clash)}: use the field(s) of that name")
+        if self.api_type == "azure" and (self.base_url is None or self.api_version is None):
+            raise ConfigError(
+                "LLMConfig.api_type='azure' needs base_url (the resource's endpoint, e.g. "
+                "'https://NAME.openai.azure.com') and api_version (e.g. '2024-10-21')"
+            )
 
 
 LLM_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LLMConfig))
 
 
-def config_from_mapping(data: Mapping[str, Any]) -> LLMConfig:
-    """Build an LLMConfig from a mapping (YAML, Hydra, kwargs); unknown keys → ConfigError."""
+def config_from_mapping(data: Mapping[str, Any], where: str | None = None) -> LLMConfig:
+    """Build an LLMConfig from a mapping (YAML, Hydra, kwargs); unknown keys and bad values → ConfigError.
+
+    `where` is the mapping's key in the user's config (e.g. `policy.llm`): errors name `policy.llm.base_url`.
+    """
     data = dict(data)
     for key in data:
         if key not in LLM_CONFIG_FIELDS:
             raise ConfigError(
-                f"unknown LLMConfig field {key!r}.{did_you_mean(str(key), LLM_CONFIG_FIELDS)} "
+                f"unknown {where or 'LLMConfig'} field {key!r}.{did_you_mean(str(key), LLM_CONFIG_FIELDS)} "
                 f"Allowed: {', '.join(LLM_CONFIG_FIELDS)}"
             )
+        if key in _CHECKS and not (key == "concurrency" and data[key] is None):
+            check_field(key, data[key], where or "LLMConfig")
     for key in ("extra", "headers"):
         if isinstance(data.get(key), Mapping):
             data[key] = dict(data[key])  # e.g. an OmegaConf DictConfig

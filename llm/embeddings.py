@@ -1,7 +1,7 @@
 """Sentence embeddings from an OpenAI-compatible server (`POST {base_url}/embeddings`), e.g. a served Qwen3-Embedding.
 
-The request goes through the chat backend's transport (`HTTPBackend`): the same credentials,
-proxy, retries and named errors; only the route and the body differ. `EmbeddingClient.usage`
+The request goes through the chat backend (`ServedBackend`: the `openai` SDK's `embeddings.create`):
+the same credentials, proxy, retries and named errors. `EmbeddingClient.usage`
 counts the requests, the inputs' tokens the server reported and the retries.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 from ifgym.errors import ConfigError
 from ifgym.llm.config import LLMConfig, config_from_mapping
 from ifgym.llm.conversation import Usage
-from ifgym.llm.http import HTTPBackend
+from ifgym.llm.served import ServedBackend
 
 
 class EmbeddingClient:
@@ -25,7 +25,7 @@ class EmbeddingClient:
     """
 
     def __init__(self, config: LLMConfig | Mapping[str, Any], config_key: str | None = None):
-        config = config if isinstance(config, LLMConfig) else config_from_mapping(config)
+        config = config if isinstance(config, LLMConfig) else config_from_mapping(config, config_key)
         if not config.base_url:
             raise ConfigError(
                 "an embeddings endpoint needs a base_url such as http://127.0.0.1:8000/v1 (an OpenAI-compatible "
@@ -34,13 +34,13 @@ class EmbeddingClient:
         self.config = config
         self.usage = Usage()
         self._lock = threading.Lock()
-        self._backend = HTTPBackend(config, self._tally, config_key)
+        self._backend = ServedBackend(config, self._tally, config_key)
 
     def __reduce__(self) -> tuple[Any, ...]:  # a Ray worker gets its own connections, not this process's
         return (type(self), (self.config, self._backend.config_key))
 
     def __repr__(self) -> str:  # the host only: a base_url may carry credentials
-        return f"EmbeddingClient(model={self.config.model!r}, host={self._backend._url.split('/')[2]!r})"
+        return f"EmbeddingClient(model={self.config.model!r}, host={self._backend.shown_url.split('/')[2]!r})"
 
     def _tally(self, update: Any) -> None:
         with self._lock:

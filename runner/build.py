@@ -117,9 +117,8 @@ def build_policy(policy_cfg: dict[str, Any], clients: dict[str, Any]) -> Callabl
     elif base == "chat":
         if policy_cfg.get("require_server") and not policy_cfg["llm"]["base_url"]:
             raise ConfigError(
-                "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 (or OPENAI_BASE_URL in the "
-                "environment, as the openai client reads it; https://api.openai.com/v1 for OpenAI) and "
-                "policy.llm.model=NAME (without a URL ifgym would run the embedded model instead)"
+                "policy=openai needs the server: policy.llm.base_url=http://HOST:PORT/v1 (https://api.openai.com/v1 "
+                "for OpenAI; ifgym reads no OPENAI_BASE_URL) and policy.llm.model=NAME"
             )
         client = _client_for("policy", policy_cfg["llm"], clients)
 

@@ -124,18 +124,34 @@ def _without_added_later(keep: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_key(cfg: Mapping[str, Any]) -> str:
-    """Hash of what defines the episodes: the env, policy and judge settings, less operational LLM keys."""
+    """Hash of what defines the episodes: the env, policy and judge settings, less operational LLM keys.
+
+    A model server's host and port are not in it (a rerun after the server moved resumes); run.json
+    records each invocation's servers.
+    """
 
     def strip(node: Any) -> Any:
         if isinstance(node, Mapping):
-            # an empty `extra` (request fields) is left out: runs from before the field keep their key
+            # an empty `extra` (request fields) is left out: runs from before the field keep their key; likewise
+            # the API type and version at their defaults
             return {
-                k: strip(v) for k, v in node.items() if k not in OPERATIONAL_LLM_KEYS and not (k == "extra" and v == {})
+                k: _without_address(v) if k == "base_url" else strip(v)
+                for k, v in node.items()
+                if k not in OPERATIONAL_LLM_KEYS
+                and (k, v) not in (("extra", {}), ("api_type", "openai"))
+                and not (k == "api_version" and v is None)
             }
         return node
 
     keep = _without_added_later({k: strip(cfg[k]) for k in ("env", "policy", "judge")})
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _without_address(url: Any) -> Any:
+    """A model server's URL as the run key sees it: its path (e.g. `/v1`), not where the server runs."""
+    if not isinstance(url, str):
+        return url
+    return urlsplit(url).path
 
 
 def run_name(cfg: Mapping[str, Any]) -> str:
@@ -355,9 +371,27 @@ class RunRecord:
         }
 
     def start(self, clients: Mapping[str, Any]) -> None:
-        """Record the run's models (once its clients exist) and write the file."""
+        """Record the run's models (once its clients exist) and where this invocation found them; write the file.
+
+        A resumed run may reach its servers elsewhere (their address is not in the run key): `invocations`
+        says where each invocation found them.
+        """
         self.data["models"] = models(clients)
+        servers = {role: m["host"] for role, m in self.data["models"].items() if m["host"]}
+        this = {"started": self.data["started"], "servers": servers}
+        self.data["invocations"] = [*self._earlier_invocations(), this]
         self.write()
+
+    def _earlier_invocations(self) -> list[dict[str, Any]]:
+        """The `invocations` of the run.json this one replaces (a file of the same run), else none."""
+        try:
+            old = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        if not isinstance(old, dict) or old.get("run_key") != self.data["run_key"]:
+            return []
+        earlier = old.get("invocations")
+        return [i for i in earlier if isinstance(i, dict)] if isinstance(earlier, list) else []
 
     def stale_run(self) -> dict[str, Any] | None:
         """The pid and start of the run the existing file says is `running`, or None.

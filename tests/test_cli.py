@@ -196,7 +196,7 @@ def test_policy_openai_without_a_server_url_is_an_error_not_the_embedded_model(c
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     assert main(["eval", "policy=openai", "episodes=1"]) == 2
     err = capsys.readouterr().err
-    assert "policy.llm.base_url" in err and "embedded" in err
+    assert "policy.llm.base_url" in err and "reads no OPENAI_BASE_URL" in err
 
 
 def test_two_runs_cannot_share_a_folder_for_their_summaries(tmp_path, capsys):
@@ -230,23 +230,40 @@ def test_eval_writes_bootstrap_intervals_beside_the_point_estimates(tmp_path, ca
     assert "ci" not in json.loads((tmp_path / "b" / "summary.json").read_text())
 
 
-def test_policy_openai_takes_the_url_and_key_from_the_environment_as_the_openai_client_does(tmp_path):
-    with CannedServer(replies=["From the environment's server."], model="served-model") as server:
-        r = cli(
-            "eval",
-            "policy=openai",
-            "policy.llm.model=served-model",
-            "episodes=1",
-            "env.max_turns=2",
-            f"output={tmp_path / 'e.jsonl'}",
-            "progress=false",
-            "plots=false",
-            env={"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-from-env"},
-        )
+def test_policy_openai_reads_no_openai_base_url_and_the_key_from_the_environment(tmp_path):
+    with CannedServer(replies=["From the configured server."], model="served-model") as server:
+        args = ["eval", "policy=openai", "policy.llm.model=served-model", "episodes=1", "env.max_turns=2"]
+        args += [f"output={tmp_path / 'e.jsonl'}", "progress=false", "plots=false"]
+        refused = cli(*args, env={"OPENAI_BASE_URL": server.base_url})
+        assert refused.returncode == 2 and "policy.llm.base_url" in refused.stderr and server.requests == []
+        r = cli(*args, f"policy.llm.base_url={server.base_url}", env={"OPENAI_API_KEY": "sk-from-env"})
         assert r.returncode == 0, r.stderr
         assert len(server.requests) == 2 and server.headers[0]["authorization"] == "Bearer sk-from-env"
-    record = json.loads((tmp_path / "run.json").read_text())
-    assert record["config"]["policy"]["llm"]["base_url"] == server.base_url  # resolved, so the run key sees it
+
+
+def test_a_judge_model_without_a_url_is_refused_not_played_by_the_embedded_model(tmp_path, capsys):
+    args = ["eval", "policy=scripted", "judge=llm", "judge.llm.model=gpt-4o-mini", "episodes=1"]
+    assert main([*args, f"output={tmp_path / 'e.jsonl'}", "progress=false", "plots=false"]) == 2
+    err = capsys.readouterr().err
+    assert "`judge.llm.model`='gpt-4o-mini' names a served model but `judge.llm.base_url` is not set" in err
+    assert not (tmp_path / "e.jsonl").exists()
+
+
+def test_a_rerun_after_the_server_moved_resumes_and_run_json_says_where_each_found_it(tmp_path, capsys):
+    from support.canned_server import eval_args
+
+    out = tmp_path / "run" / "episodes.jsonl"
+    with CannedServer(replies=["First home."]) as first:
+        assert main(eval_args(first, out, 2)) == 0
+    with CannedServer(replies=["Second home."]) as second:
+        assert first.base_url != second.base_url
+        assert main(eval_args(second, out, 3)) == 0, capsys.readouterr().err
+        assert len(second.requests) == 2  # one more episode of two turns; the first two were kept
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(line["seed"] for line in lines) == [0, 1, 2]
+    record = json.loads((out.parent / "run.json").read_text())
+    hosts = [i["servers"]["policy"] for i in record["invocations"]]
+    assert hosts == [u.split("/")[2] for u in (first.base_url, second.base_url)]
 
 
 def test_help_into_a_pipe_closed_early_ends_quietly():

@@ -402,3 +402,57 @@ def test_no_hand_written_sync_async_twins():
         if f"{path.relative_to(ROOT)}:{name}" not in TWIN_EXCEPTIONS
     )
     assert not twins, f"these write a sync/async pair twice (write it once with twin): {twins}"
+
+
+# What frames HTTP by hand or opens sockets to speak it: the package talks to models only through `openai`.
+HTTP_BY_HAND_MODULES = ("httptools", "h11", "h2", "socket", "http.client", "urllib.request", "urllib3", "ssl")
+HTTP_BY_HAND_CALLS = ("open_connection", "create_connection", "Protocol", "BaseProtocol", "sock_connect")
+
+
+def _http_by_hand(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each import of an HTTP parser or socket module, and each asyncio transport call."""
+    found = []
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        found += [(node.lineno, n) for n in names if n in HTTP_BY_HAND_MODULES or n.split(".")[0] == "httptools"]
+        if isinstance(node, ast.Attribute) and node.attr in HTTP_BY_HAND_CALLS:
+            owner = ast.unparse(node.value)
+            if owner in ("asyncio", "loop") or owner.endswith("_loop()") or owner.endswith(".loop"):
+                found.append((node.lineno, f"{owner}.{node.attr}"))
+    return sorted(set(found))
+
+
+def test_the_http_by_hand_check_finds_it():
+    source = (
+        "import httptools\n"
+        "import socket\n"
+        "from http.client import HTTPConnection\n"
+        "async def f(loop):\n"
+        "    r, w = await asyncio.open_connection('h', 80)\n"
+        "    await loop.create_connection(P, 'h', 80)\n"
+        "class P(asyncio.Protocol): pass\n"
+        "from http.server import ThreadingHTTPServer\n"  # serving a page (ifgym view) is not a model client
+        "import openai\n"
+    )
+    assert _http_by_hand(ast.parse(source)) == [
+        (1, "httptools"),
+        (2, "socket"),
+        (3, "http.client"),
+        (5, "asyncio.open_connection"),
+        (6, "loop.create_connection"),
+        (7, "asyncio.Protocol"),
+    ]
+
+
+def test_no_http_of_our_own():
+    # every model call goes through the `openai` SDK (ifgym.llm.served); none frames HTTP or opens a socket itself
+    found = sorted(
+        f"{path.relative_to(ROOT)}:{line}: {what}"
+        for path in package_modules().values()
+        for line, what in _http_by_hand(ast.parse(path.read_text(encoding="utf-8")))
+    )
+    assert not found, f"HTTP or sockets by hand in the package (use the openai SDK): {found}"

@@ -20,7 +20,7 @@ HEAVY = (
     "sentence_transformers",
     "matplotlib",
     "openai",
-    "httptools",
+    "aiohttp",
     "trl",
     "transformers",
     "datasets",

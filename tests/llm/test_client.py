@@ -17,8 +17,8 @@ import pytest
 from support.canned_server import CannedServer
 from support.loops import running_loop
 
-from ifgym.errors import BackendError, ConfigError, DataFormatError
-from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages, wire
+from ifgym.errors import BackendError, ConfigError, DataFormatError, UnreachableError
+from ifgym.llm import CannedClient, LLMClient, LLMConfig, Usage, make_client, resolve_client, validate_messages
 from ifgym.llm.loop import event_loop_name
 
 HI = [{"role": "user", "content": "hello there"}]
@@ -168,6 +168,7 @@ def test_5xx_beyond_max_retries_is_a_backend_error():
         ((400, {"x-should-retry": "true", "retry-after-ms": "10"}), [400, 200]),  # the server says yes: a 400 is
         ((409, {"retry-after-ms": "10"}), [409, 200]),
         ((422, {}), [422]),  # a request the server cannot take is not sent again
+        ((429, {"retry-after": "300"}), [429]),  # a wait past the SDK's two minutes: not sent again
     ],
 )
 def test_which_statuses_are_sent_again(fault, statuses):
@@ -180,30 +181,18 @@ def test_which_statuses_are_sent_again(fault, statuses):
     assert srv.statuses == statuses
 
 
-def test_retry_after_is_read_in_seconds_milliseconds_or_as_a_date():
-    from email.utils import formatdate
-
-    from ifgym.llm.http import retry_after
-
-    assert retry_after({"retry-after": "2.5"}) == 2.5
-    assert retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25  # milliseconds win
-    in_ten = retry_after({"retry-after": formatdate(time.time() + 10, usegmt=True)})
-    assert 8 < in_ten <= 10
-    assert retry_after({"retry-after": "120"}) is None  # past 60 s: the client's own backoff instead
-    assert retry_after({"retry-after": "0"}) is None and retry_after({"retry-after": "soon"}) is None
-    assert retry_after({}) is None
-
-
 def test_sync_calls_run_on_the_loop_runs_use(monkeypatch):
     # the client's loop thread starts the loop of `ifgym.llm.loop` (uvloop's where installed)
+    from ifgym.llm.served import NoResendHTTPClient
+
     seen = []
-    request = wire.Pool.request
+    send = NoResendHTTPClient.send
 
     async def recorded(self, *args, **kwargs):
         seen.append(running_loop()[0])
-        return await request(self, *args, **kwargs)
+        return await send(self, *args, **kwargs)
 
-    monkeypatch.setattr(wire.Pool, "request", recorded)
+    monkeypatch.setattr(NoResendHTTPClient, "send", recorded)
     with CannedServer(replies=["one"]) as srv:
         client = http_client(srv)
         assert client.chat(HI).text == "one"
@@ -224,7 +213,7 @@ def test_sync_calls_count_in_the_callers_episode_and_survive_close():
         client.close()
     assert (episode["policy"].calls, episode["policy"].retries) == (1, 1)
     assert (client.usage.calls, client.usage.retries) == (2, 1)
-    assert not [t for t in set(threading.enumerate()) - before if t.name == "ifgym-http"]  # close() stopped them
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "ifgym-served"]  # close() stopped them
 
 
 # -- errors that name the fix --------------------------------------------------------------------
@@ -316,18 +305,19 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown():
 
 
 def test_a_proxy_named_in_the_environment_is_used_unless_no_proxy_says_otherwise(monkeypatch):
-    from ifgym.llm.http import env_proxy
-
     for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "http_proxy"):
         monkeypatch.delenv(name, raising=False)
     with CannedServer(replies=["through the proxy"]) as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
         client = make_client({"base_url": "http://model.example.invalid/v1", "model": proxy.model, "api_key_env": None})
         assert client.chat(HI).text == "through the proxy"
+        monkeypatch.setenv("NO_PROXY", "model.example.invalid")
+        direct = make_client(
+            {"base_url": "http://model.example.invalid/v1", "model": proxy.model, "api_key_env": None, "max_retries": 0}
+        )
+        with pytest.raises(UnreachableError, match="model.example.invalid"):  # looked up itself: no such host
+            direct.chat(HI)
     assert proxy.targets == ["http://model.example.invalid/v1/chat/completions"]  # the absolute form a proxy gets
-    monkeypatch.setenv("NO_PROXY", "model.example.invalid")
-    assert env_proxy("http://model.example.invalid/v1") is None
-    assert env_proxy("http://other.example.invalid/v1") == proxy.base_url.removesuffix("/v1")
 
 
 # -- concurrency limit ---------------------------------------------------------------------------
@@ -451,7 +441,7 @@ def test_describe_lists_config_for_logging():
 
 
 def test_importing_llm_loads_no_heavy_backend():
-    heavy = ("llama_cpp", "httptools", "tenacity", "openai")
+    heavy = ("llama_cpp", "openai", "aiohttp", "httpx2")
     code = f"import sys, ifgym.llm; print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)))"
     out = subprocess.run(
         [sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True

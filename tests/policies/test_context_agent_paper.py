@@ -272,7 +272,8 @@ def test_remote_embedder_over_a_canned_embeddings_route():
         rows = embedder.encode(["red apples", "blue sky"])
         assert isinstance(embedder, RemoteEmbedder) and embedder.name == "Qwen3-Embedding-0.6B"
         assert np.allclose(rows, HashingEmbedder().encode(["red apples", "blue sky"]), atol=1e-6)  # normalised
-        assert srv.embedding_requests == [{"model": "Qwen3-Embedding-0.6B", "input": ["red apples", "blue sky"]}]
+        sent = {"model": "Qwen3-Embedding-0.6B", "input": ["red apples", "blue sky"], "encoding_format": "float"}
+        assert srv.embedding_requests == [sent]
         # a Ray worker gets a copy that opens its own connections
         assert np.allclose(pickle.loads(pickle.dumps(embedder)).encode(["red apples"]), rows[:1], atol=1e-6)
         # the paper's embedder: no warning about θ in the protocol

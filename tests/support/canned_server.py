@@ -18,7 +18,8 @@ A reply longer than the request's ``max_tokens`` (counted in words) is cut there
 ``faults`` are (status, headers) pairs answered to the first chat requests, in order, e.g.
 ``[(429, {"retry-after": "0.2"}), (500, {})]``; a third item, if given, is the body to send instead
 of an OpenAI-style error: a dict is sent as JSON (e.g. ``(200, {}, {"choices": []})`` for a
-malformed answer), a string as it is, labelled ``text/html`` unless the fault's headers set a
+malformed answer), bytes as they are (a gzip-compressed body with its ``Content-Encoding``, say),
+a string as it is, labelled ``text/html`` unless the fault's headers set a
 ``Content-Type`` (e.g. ``(200, {"Content-Type": "application/json"}, "{not json")``, or an HTML
 error page from a gateway); a function is given the request's headers and makes the body (a
 gateway that echoes the credentials it was sent). A fault of status ``0`` closes the connection without answering a byte
@@ -28,6 +29,10 @@ gateway that echoes the credentials it was sent). A fault of status ``0`` closes
 in ``choices[0].logprobs.content``, at most ``top_logprobs`` of them, as OpenAI and llama.cpp's
 server send them; without it such a request is answered without log-probabilities, as by a server
 that does not support them.
+Azure OpenAI's routes are served too: ``POST /openai/deployments/{deployment}/chat/completions`` (and
+``/embeddings``) with an ``api-version`` query, the deployment standing for the model, and ``GET
+/openai/models``; there ``api_key`` is checked in the ``api-key`` header, as Azure reads it, and a
+request without ``api-version`` gets a 404, as Azure answers it.
 ``list_models=False`` makes ``GET /v1/models`` answer 404 (a server without the listing), ``also_lists``
 names more models it lists (it serves only ``model``), and ``api_key`` makes every request without
 ``Authorization: Bearer <api_key>`` get a 401, listing included. With ``slots=N`` it presents itself as
@@ -52,6 +57,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import socket
 import ssl
 import subprocess
@@ -275,9 +281,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature fixed by the base
         """Keep test output quiet; the server records what tests need."""
 
-    def _send(self, status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> None:
-        raw = isinstance(body, str)
-        data = body.encode("utf-8", "surrogatepass") if raw else json.dumps(body).encode()
+    def _send(self, status: int, body: dict[str, Any] | str | bytes, headers: dict[str, str] | None = None) -> None:
+        raw = isinstance(body, str | bytes)
+        if isinstance(body, bytes):
+            data = body
+        else:
+            data = body.encode("utf-8", "surrogatepass") if raw else json.dumps(body).encode()
         self.send_response(status)
         if not any(key.lower() == "content-type" for key in headers or {}):
             self.send_header("Content-Type", "text/html; charset=utf-8" if raw else "application/json")
@@ -291,9 +300,13 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _refused_key(self) -> bool:
-        """Answer 401 (True) when the server wants a key and the request does not carry it."""
+        """Answer 401 (True) when the server wants a key and the request does not carry it (Azure: `api-key`)."""
         key = self.canned.api_key
-        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+        if self.path.startswith("/openai/"):
+            given = self.headers.get("api-key")
+        else:
+            given = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+        if key is None or given == key:
             return False
         self._send(401, _error_body("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"))
         return True
@@ -305,7 +318,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.canned.gets.append(self.path)
         if self._refused_key():
             return
-        if self.canned.list_models and urllib.parse.urlsplit(self.path).path.rstrip("/") == "/v1/models":
+        where = urllib.parse.urlsplit(self.path)
+        if where.path.startswith("/openai/") and "api-version" not in urllib.parse.parse_qs(where.query):
+            return self._send(404, _error_body("Resource not found", "invalid_request_error", "404"))
+        if self.canned.list_models and where.path.rstrip("/") in ("/v1/models", "/openai/models"):
             ids = [self.canned.model, *self.canned.also_lists]
             owner = "ifgym-tests" if self.canned.slots is None else "llamacpp"
             models = [{"id": i, "object": "model", "created": 0, "owned_by": owner} for i in ids]
@@ -323,10 +339,19 @@ class _Handler(BaseHTTPRequestHandler):
         if self._refused_key():
             return
         # a target in absolute form (a request through a proxy) is served too, as HTTP/1.1 servers must
-        route = urllib.parse.urlsplit(self.path).path.rstrip("/")
+        where = urllib.parse.urlsplit(self.path)
+        route = where.path.rstrip("/")
+        deployment = re.fullmatch(r"/openai/deployments/([^/]+)/(chat/completions|embeddings)", route)
+        if route.startswith("/openai/") and (deployment is None or "api-version" not in where.query):
+            return self._send(404, _error_body("Resource not found", "invalid_request_error", "404"))
+        if deployment is not None:  # Azure: the deployment is the model, whatever the body says
+            route = f"/v1/{deployment.group(2)}"
         if route == "/v1/embeddings" and self.canned.embed is not None:
             try:
-                return self._send(*self.canned._answer_embeddings(json.loads(raw)))
+                body = json.loads(raw)
+                if deployment is not None:
+                    body["model"] = deployment.group(1)
+                return self._send(*self.canned._answer_embeddings(body))
             except json.JSONDecodeError as exc:
                 return self._send(400, _error_body(f"invalid JSON: {exc}", "invalid_request_error", None))
         if route != "/v1/chat/completions":
@@ -335,6 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except json.JSONDecodeError as exc:
             return self._send(400, _error_body(f"invalid JSON: {exc}", "invalid_request_error", None))
+        if deployment is not None:
+            body["model"] = deployment.group(1)
         srv = self.canned
         with srv._lock:
             srv._in_flight += 1
