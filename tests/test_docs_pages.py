@@ -1,9 +1,10 @@
 """The documentation site works as written: every ```python block of docs/*.md runs, and the site builds strictly.
 
 Each block runs in a fresh namespace, in a temporary working folder (a block that writes files writes them
-there). A block that cannot run in the tests (it needs a served model, a GPU or a dataset ifgym does not ship)
-is marked on its page, on the line right before it, with `<!-- not run: the reason -->`; the marked blocks are
-counted and their reasons printed (`pytest -s` or the summary's warnings), never skipped in silence.
+there), with W&B offline; the env ids a block registers are unregistered after it. A block that cannot run
+in the tests (it needs a served model, a GPU or a dataset ifgym does not ship) is marked on its page, on the
+line right before it, with `<!-- not run: the reason -->`; the marked blocks are counted and their reasons
+shown (a warning in pytest's summary), never skipped in silence.
 The README's own loop and the pages' snippets of it run in tests/test_docs.py.
 """
 
@@ -18,6 +19,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from gymnasium.envs.registration import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -76,8 +78,13 @@ def test_blocks_not_run_are_counted_with_their_reasons():
 def test_a_docs_python_block_runs(page, line, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WANDB_MODE", "offline")
+    registered = set(registry)
     scope: dict = {"__name__": "__docs__"}
-    exec(compile(code, f"{page}:{line}", "exec"), scope)  # noqa: S102 (the docs' own code)
+    try:
+        exec(compile(code, f"{page}:{line}", "exec"), scope)  # noqa: S102 (the docs' own code)
+    finally:
+        for env_id in set(registry) - registered:  # env ids a block registers (a task of one's own) go with it
+            del registry[env_id]
 
 
 def test_the_site_builds_strictly(tmp_path):
