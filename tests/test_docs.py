@@ -1,5 +1,5 @@
-"""The README works as written: its loop runs (a stand-in policy, then the real one over HTTP), and its list of
-config options is the one on disk (as `ifgym --help` prints it)."""
+"""The README works as written: its loop runs (a stand-in policy, then the real one over HTTP); and the docs'
+list of config options (the Served models page) is the one on disk (as `ifgym --help` prints it)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from support.canned_server import CannedServer
 
 from ifgym.cli import main, option_lines
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+SERVED_MODELS = ROOT / "docs" / "served-models.md"
 
 
-def section(title: str) -> str:
-    text = README.read_text(encoding="utf-8")
+def section(title: str, page: Path = README) -> str:
+    text = page.read_text(encoding="utf-8")
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
@@ -45,17 +47,17 @@ def test_the_readme_loop_runs_as_written_with_the_stand_in_then_the_real_model(m
     assert capsys.readouterr().out  # the loop prints each turn's constraints and verdicts
 
 
-def test_the_readme_and_help_list_the_config_options_on_disk(capsys):
-    conf = Path(__file__).resolve().parents[1] / "conf"
+def test_the_docs_and_help_list_the_config_options_on_disk(capsys):
+    conf = ROOT / "conf"
     on_disk = [
         f"{group}={{{', '.join(sorted(p.stem for p in (conf / group).glob('*.yaml')))}}}"
         for group in ("env", "policy", "judge", "logger", "trainer")
     ]
     assert option_lines() == on_disk
-    text = section("Evaluate any OpenAI-compatible model")
+    text = section("Evaluate any OpenAI-compatible model", SERVED_MODELS)
     listed = text.split("<!-- config-options:", 1)[1]
     (block,) = blocks(listed, "text")[:1]
-    assert block.splitlines() == on_disk, "update the README's option list to:\n" + "\n".join(on_disk)
+    assert block.splitlines() == on_disk, "update the option list in docs/served-models.md to:\n" + "\n".join(on_disk)
     assert main(["--help"]) == 0
     help_text = capsys.readouterr().out
     assert all(f"  {line}" in help_text for line in on_disk)

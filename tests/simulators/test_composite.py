@@ -21,7 +21,7 @@ import ifgym  # noqa: F401  (registers the env ids)
 from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.simulators.composite import _BURIED, _CONTEXT, _EXPLICIT, TalkStyle, TalkStyleMix, persona_words
 
-README = REPO / "README.md"
+ENVIRONMENTS_PAGE = REPO / "docs" / "environments.md"
 NEUTRAL = {"level": "general", "verbosity": "terse", "hedging": "none", "clarity": "plain"}
 # c1 -> c2 follow-up, c3 unrelated, c4 recalls c1 (another topic by then), c5 refines c4
 DETOUR = [
@@ -256,12 +256,12 @@ def test_axes_misuse_is_refused_with_a_clear_error():
         gym.make("ifgym/Composite-LLM-v0", constraints=False, judge="rules", user_llm={"base_url": "http://x"})
 
 
-def test_readme_example_registers_a_new_composite_task():
-    text = README.read_text(encoding="utf-8")
+def test_the_docs_example_registers_a_new_composite_task():
+    text = ENVIRONMENTS_PAGE.read_text(encoding="utf-8")
     block = text.split("<!-- composite-example -->", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     assert len(block.strip().splitlines()) <= 20
     scope: dict = {}
-    exec(compile(block, "README composite example", "exec"), scope)  # noqa: S102 (the README's own code)
+    exec(compile(block, "docs composite example", "exec"), scope)  # noqa: S102 (the docs' own code)
     episode = scope["episode"]
     assert episode.env_id == "mylab/PickyEditors-v0" and episode.meta["persona"]["level"] == "poor"
     assert {i.type for t in episode.turns for i in t.spec.checklist if i.kind == "structural"} <= {"refinement"}
