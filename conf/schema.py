@@ -61,7 +61,7 @@ class GraphIFConf:
     extraction: str = _help("fast (one structured light call) | loop (paper's agent loop) | single (ablation)", "fast")
     explain_relations: bool = _help("false = ablation: the graph prompt without the relation definitions", True)
     graph_prompt: bool = _help(
-        "false = the paper's w/o-graph-prompt ablation: relations named, no definitions or linked content", True
+        "false = the paper's w/o-graph-prompt ablation: the linked turns' content, no relation explanations", True
     )
     summary: bool = _help("true = a light call per turn that summarizes the exchange (the released code's)", False)
     rewrite: str | None = _help("when_bound | always | never; null = always for loop, when_bound otherwise", None)

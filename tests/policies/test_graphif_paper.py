@@ -53,12 +53,20 @@ TRUTH = {
 }
 
 
+def ablated(system):
+    """A rewrite system message as the w/o-graph-prompt ablation words it: no relation graph, the turns shown."""
+    graph = "the relation graph, which says how earlier turns of the conversation bind this answer"
+    assert graph in system
+    return system.replace(graph, "the earlier turns of the conversation shown with it")
+
+
 def paper_base(body):
     """The model under test: a draft, or for a final-response rewrite a check and the revised answer."""
     messages = body["messages"]
-    if messages[0]["content"] == FINAL_RESPONSE_SYSTEM:
+    system = messages[0]["content"]
+    if system in (FINAL_RESPONSE_SYSTEM, ablated(FINAL_RESPONSE_SYSTEM)):
         return "1. The rivers of turn 1: kept.\nFinal response:\nrevised answer"
-    if messages[0]["content"] == REWRITE_SYSTEM:
+    if system in (REWRITE_SYSTEM, ablated(REWRITE_SYSTEM)):
         return json.dumps({"reply": "revised answer"})
     return f"draft answer to: {messages[-1]['content']}"
 
@@ -162,24 +170,36 @@ def test_the_final_response_rewrite_is_the_reply_and_a_missing_section_falls_bac
 # -- Table 3's ablations and what the results table says -----------------------------------------------
 
 
-def rewrite_prompts(base):
-    return [r["messages"][-1]["content"] for r in base.requests if r["messages"][0]["content"] == FINAL_RESPONSE_SYSTEM]
+def rewrite_prompts(base, system=FINAL_RESPONSE_SYSTEM):
+    return [r["messages"][-1]["content"] for r in base.requests if r["messages"][0]["content"] == system]
 
 
-def test_without_the_graph_prompt_relations_are_named_without_definitions_or_linked_content(servers):
+def test_without_the_graph_prompt_the_rewrite_sees_the_linked_content_and_no_relation_explanation(servers):
     base, _ = servers
     play(paper_graphif(servers), USERS)
-    full = rewrite_prompts(base)[1]
+    full = rewrite_prompts(base)
+    assert "Context-anchored (turn 2 -> turn 1)" in full[1] and "What it means:" in full[1]
+    assert "How it binds this answer: choose among the rivers named." in full[1]
+    assert "Turn 1, user: Name three rivers of Europe." in full[1]
     base.requests.clear()
-    ablated = paper_graphif(servers, graph_prompt=False)
-    play(ablated, USERS)
-    without = rewrite_prompts(base)[1]
-    for prompt in (full, without):  # the relation and what it binds: extracted either way
-        assert "Context-anchored (turn 2 -> turn 1)" in prompt and "choose among the rivers named" in prompt
-    assert "What it means:" in full and "Turn 1, user: Name three rivers of Europe." in full
-    assert "What it means:" not in without and "Turn 1, user:" not in without and "Turn 1, assistant:" not in without
-    assert ablated.variant() == "GraphIF w/o graph prompt"
-    assert ablated.protocol()["deviations"][1] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
+    policy = paper_graphif(servers, graph_prompt=False)
+    play(policy, USERS)
+    assert rewrite_prompts(base) == []  # the system message names no relation graph either
+    without = rewrite_prompts(base, ablated(FINAL_RESPONSE_SYSTEM))
+    # "only relevant dialogue content without semantic relation explanations" (Table 3): turn 1 is linked
+    # at turn 2 (context-anchored) and twice at turn 3 (modify, context-anchored), shown once
+    turn1 = "Turn 1, user: Name three rivers of Europe.\nTurn 1, assistant: revised answer"
+    assert without == [
+        f"User's request:\n{USERS[0]}\n\nRelevant earlier dialogue content for this request (turn 1): none.\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[0]}",
+        f"User's request:\n{USERS[1]}\n\nRelevant earlier dialogue content for this request (turn 2):\n{turn1}\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[1]}",
+        f"User's request:\n{USERS[2]}\n\nRelevant earlier dialogue content for this request (turn 3):\n{turn1}\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[2]}",
+    ]
+    assert [len(n.relations) for n in policy.graph.nodes] == [0, 1, 2]  # relations are still extracted
+    assert policy.variant() == "GraphIF w/o graph prompt"
+    assert policy.protocol()["deviations"][1] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
 
 
 def served(server, role, **settings):
@@ -299,7 +319,7 @@ MADE_UP_SET = [
 def model_server(body):
     """One server for the backbone and the light model (the preset's light model is the backbone)."""
     system = body["messages"][0]["content"]
-    if system in (FINAL_RESPONSE_SYSTEM, REWRITE_SYSTEM) or body["messages"][0]["role"] != "system":
+    if system.startswith("You revise a draft answer") or body["messages"][0]["role"] != "system":
         return paper_base(body)
     try:
         return graphif_light({})(body["messages"])
