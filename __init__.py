@@ -52,7 +52,13 @@ _ENVS = {
         nondeterministic=True,
         kwargs={"generator": "llm", "judge": "llm", "env_name": "ifgym/StructFlow-LLM-v0"},
     ),
-    "ifgym/NTM-v0": dict(entry_point="ifgym.envs.ntm:NTMEnv", nondeterministic=True, kwargs={}),  # judge=llm
+    "ifgym/NTM-v1": dict(entry_point="ifgym.envs.ntm:NTMEnv", nondeterministic=True, kwargs={}),  # judge=llm
+    # NTM v0 stays registered with its first-release checkpoint reading (see NTMEnv's Version History).
+    "ifgym/NTM-v0": dict(
+        entry_point="ifgym.envs.ntm:NTMEnv",
+        nondeterministic=True,
+        kwargs={"checkpoint_scope": False, "env_name": "ifgym/NTM-v0"},
+    ),
     "ifgym/Composite-v0": dict(entry_point="ifgym.envs.composite:CompositeEnv", nondeterministic=False, kwargs={}),
     "ifgym/Composite-LLM-v0": dict(
         entry_point="ifgym.envs.composite:CompositeEnv",

@@ -450,7 +450,7 @@ def test_act_of_a_graphif_run_on_ntm_is_the_wrappers_own_count(servers):
 
     base, light = servers
     policy = paper_graphif(servers)
-    env = gym.make("ifgym/NTM-v0", dataset=DATA / "ntm" / "made_up.jsonl", judge="rules", allow_unjudged=True)
+    env = gym.make("ifgym/NTM-v1", dataset=DATA / "ntm" / "made_up.jsonl", judge="rules", allow_unjudged=True)
     episode = rollout(env, policy, seed=1)  # the 15-turn dialogue
     sent = [c.context_tokens for c in policy.costs]
     drafts = [r for r in base.requests if r["messages"][0]["content"] != FINAL_RESPONSE_SYSTEM]
