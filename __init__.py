@@ -76,7 +76,9 @@ for _id, _spec in _ENVS.items():
 # a descriptor is imported when first asked for (`ifgym.core.tasks.task(name)`, `task_of(episode)`).
 _TASKS = {
     "evolif": "ifgym.rewards.tasks:EVOLIF",
+    "evolif_paper": "ifgym.rewards.tasks:EVOLIF_PAPER",  # REC with score.py's 0/0 convention
     "structflow": "ifgym.rewards.tasks:STRUCTFLOW",
+    "structflow_paper": "ifgym.rewards.tasks:STRUCTFLOW_PAPER",  # WCSR as the papers' equation
     "flexbench": "ifgym.rewards.tasks:FLEXBENCH",
     "composite": "ifgym.rewards.tasks:COMPOSITE",
     "ntm": "ifgym.rewards.tasks:NTM",

@@ -403,6 +403,7 @@ def test_graphif_paper_replays_a_graphif_set_with_its_own_replies_and_the_golden
     assert [d.split(" ")[:3] for d in summary["protocol"]["deviations"]] == [
         ["the", "judge", "is"],
         ["WCSR", "weighs", "structural"],
+        ["judge", "canned-model:", "the"],  # the judge model is named
     ]
     assert f"policy: GraphIF\nnot GraphIF's setup:\n  - {PROMPTS}" in out
     assert summary["policy_cost"]["calls_per_turn"] == 5.0  # no relation found: 3 light + 2 base per turn
@@ -427,14 +428,17 @@ def test_graphif_with_golden_context_says_it_is_not_the_papers_setup(tmp_path):
     deviations = summary["protocol"]["deviations"]
     assert summary["protocol"]["paper"] == "GraphIF"
     assert [d.split(":")[0] for d in deviations[2:]] == [
+        "judge canned-model",
+        "metrics=ifgym",
         "judge_mode=plain",
         "judge_rule_items=false",
         "judge_max_retries=2",
         "context=golden",
         "judge_golden=false",
     ]
-    assert deviations[5].startswith("context=golden: reference answers as history")
-    assert deviations[6].startswith("judge_golden=false: the judge sees no reference answer")
+    assert deviations[3].startswith("metrics=ifgym: WCSR is the released script's per-turn mean")
+    assert deviations[7].startswith("context=golden: reference answers as history")
+    assert deviations[8].startswith("judge_golden=false: the judge sees no reference answer")
     assert "not GraphIF's protocol:\n  - the judge is ifgym's checklist judge" in out
     assert "env.context=golden: GraphIF's runs use" not in out
 
