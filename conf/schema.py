@@ -102,7 +102,7 @@ class ContextAgentConf:
     )
     tree: bool = _help("false = the paper's ablation without the tree: retrieval over a linear sequence of turns", True)
     retrieval: bool = _help(
-        "false = the paper's ablation without the retriever: the heuristic alone decides the branch", True
+        "false = the paper's ablation without the retriever: nothing retrieved, the thread always continues", True
     )
     linear_k: int | None = _help("turns retrieved with tree=false; null = 3 up to turn 15, 5 after (the paper's)", None)
     embed_chars: int = _help("a node's content (message + reply) is cut to this many characters to embed", 1000)
