@@ -331,3 +331,26 @@ def test_judge_llm_without_a_url_says_the_embedded_model_judges_and_prints_its_a
     else:
         judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
         assert code == 0 and judge["audit"]["passed"]
+
+
+def test_the_embedded_judges_shipped_flexbench_audit_refuses_before_any_model_call(tmp_path, capsys, monkeypatch):
+    """`ifgym eval env=flexbench judge=llm` without a URL: the packaged judge's measured audit, no audit run."""
+    from omegaconf import OmegaConf
+
+    from ifgym.cli import compose
+    from ifgym.llm import make_client
+    from ifgym.rewards.audit import SHIPPED_AUDITS, audit_key, known_audit
+
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))  # nothing cached on this machine
+    judge = OmegaConf.to_container(compose(["judge=llm"]).judge, resolve=True)
+    client = make_client(judge["llm"], "judge_audit", "judge.llm")  # the embedded Qwen, not loaded
+    report = known_audit(audit_key(client, ["flexbench"], {"flexbench": "plain"}))
+    assert report["shipped"] and report["cache_path"].startswith(str(SHIPPED_AUDITS))
+    # measured with benchmarks/judge_audits.py: 15 items, accuracy 0.333, yes to 0.875 of the negatives
+    assert report["passed"] == {"flexbench": False} and report["suites"]["flexbench"]["items"] == 15
+    assert report["judge"]["embedded_model"] == "qwen2.5-coder-1.5b"  # its key also holds the file's sha256
+    code = main(["eval", "env=flexbench", "judge=llm", "policy=scripted", "episodes=1", "progress=false"])
+    err = capsys.readouterr().err
+    assert code == 2 and "(shipped with ifgym)" in err and "the embedded judge (" in err and "fails its audit" in err
+    assert "accuracy 0.333 < 0.75" in err and "judge.llm.base_url=URL" in err
+    assert not (tmp_path / "cache" / "judge-audit").exists()  # nothing was audited here
