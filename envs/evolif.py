@@ -164,7 +164,9 @@ class EvolIFEnv(ChatEnv):
       LLM user never sees the replies and is checked as EvolIF checks its queries; `max_turns`
       defaults to 100 (EvolIF's safety cap) instead of 20. With an LLM judge the judged groups are
       judged blind (`judge_mode="blind"`): the judge audit showed a small judge asked EvolIF's 1-10
-      question passing every reply; `judge_mode="rating"` keeps that question.
+      question passing every reply; `judge_mode="rating"` keeps that question. Later, `metrics=`
+      (REC's count for a dialogue with nothing to recover; rewards and episodes unchanged) and STA
+      as the headline metric.
     - v0: first release: every turn restated all live rules, the LLM user saw the recent dialogue
       and was checked by the user model, `max_turns` 20, the judge rated 1-10. Still registered with
       that behaviour (`restate="all"`, `adaptive=True`, `user_checks="model"`, `judge_mode="rating"`),

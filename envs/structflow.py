@@ -138,6 +138,9 @@ class StructFlowEnv(ChatEnv):
       decided by it rather than by the judge (`judge_rule_items=True` restores the benchmark's way),
       and `judge_mode="evidence"` makes the judge quote the reply for every Yes. `judge_mode="paper"`
       and `protocol()` (issue 20): `env=structflow_paper` is the benchmark's evaluation (`PAPER_PROTOCOL`).
+      `metrics=` chooses which WCSR is the headline (metrics only). In GraphIF's sets, `Global` items
+      weigh 2 (they weighed 1): the weighted reward of those turns changes; no GraphIF set ships, and
+      StructFlowBench's own dialogues and the generated ones are scored as before, so the id stayed.
     """
 
     env_name = "ifgym/StructFlow-v0"
