@@ -69,7 +69,13 @@ _ENVS = {
         nondeterministic=True,
         kwargs={"generator": "llm", "judge": "llm", "env_name": "ifgym/StructFlow-LLM-v0"},
     ),
-    "ifgym/NTM-v0": dict(entry_point="ifgym.envs.ntm:NTMEnv", nondeterministic=True, kwargs={}),  # judge=llm
+    "ifgym/NTM-v1": dict(entry_point="ifgym.envs.ntm:NTMEnv", nondeterministic=True, kwargs={}),  # judge=llm
+    # NTM v0 stays registered with its first-release checkpoint reading (see NTMEnv's Version History).
+    "ifgym/NTM-v0": dict(
+        entry_point="ifgym.envs.ntm:NTMEnv",
+        nondeterministic=True,
+        kwargs={"checkpoint_scope": False, "env_name": "ifgym/NTM-v0"},
+    ),
     "ifgym/Composite-v0": dict(entry_point="ifgym.envs.composite:CompositeEnv", nondeterministic=False, kwargs={}),
     "ifgym/Composite-LLM-v0": dict(
         entry_point="ifgym.envs.composite:CompositeEnv",
@@ -87,7 +93,9 @@ for _id, _spec in _ENVS.items():
 # a descriptor is imported when first asked for (`ifgym.core.tasks.task(name)`, `task_of(episode)`).
 _TASKS = {
     "evolif": "ifgym.rewards.tasks:EVOLIF",
+    "evolif_paper": "ifgym.rewards.tasks:EVOLIF_PAPER",  # REC with score.py's 0/0 convention
     "structflow": "ifgym.rewards.tasks:STRUCTFLOW",
+    "structflow_paper": "ifgym.rewards.tasks:STRUCTFLOW_PAPER",  # WCSR as the papers' equation
     "flexbench": "ifgym.rewards.tasks:FLEXBENCH",
     "composite": "ifgym.rewards.tasks:COMPOSITE",
     "ntm": "ifgym.rewards.tasks:NTM",

@@ -67,7 +67,7 @@ class GraphIFConf:
     extraction: str = _help("fast (one structured light call) | loop (paper's agent loop) | single (ablation)", "fast")
     explain_relations: bool = _help("false = ablation: the graph prompt without the relation definitions", True)
     graph_prompt: bool = _help(
-        "false = the paper's w/o-graph-prompt ablation: relations named, no definitions or linked content", True
+        "false = the paper's w/o-graph-prompt ablation: the linked turns' content, no relation explanations", True
     )
     summary: bool = _help("true = a light call per turn that summarizes the exchange (the released code's)", False)
     rewrite: str | None = _help("when_bound | always | never; null = always for loop, when_bound otherwise", None)
@@ -108,7 +108,7 @@ class ContextAgentConf:
     )
     tree: bool = _help("false = the paper's ablation without the tree: retrieval over a linear sequence of turns", True)
     retrieval: bool = _help(
-        "false = the paper's ablation without the retriever: the heuristic alone decides the branch", True
+        "false = the paper's ablation without the retriever: nothing retrieved, the thread always continues", True
     )
     linear_k: int | None = _help("turns retrieved with tree=false; null = 3 up to turn 15, 5 after (the paper's)", None)
     embed_chars: int = _help("a node's content (message + reply) is cut to this many characters to embed", 1000)

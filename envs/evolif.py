@@ -19,9 +19,10 @@ from ifgym.llm import resolve_client
 from ifgym.rewards.checks import SEMANTICS
 from ifgym.rewards.evolif.scorer import EvolIFScorer
 from ifgym.rewards.rubric import VerdictRubric
-from ifgym.rewards.tasks import EVOLIF
+from ifgym.rewards.tasks import EVOLIF, EVOLIF_PAPER
 
 RENDERERS = ("template", "llm")
+METRICS = ("ifgym", "paper")  # REC's count for a dialogue with nothing to recover: 1.0, or score.py's 0
 JUDGES = ("rules", "llm")
 # EvolIF's evaluation: patience 3, no cap but a safety cap of 100 turns (it reports survival past
 # 50), all 12 groups, a user who states only the change and never sees the replies, verdicts as
@@ -41,6 +42,7 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "system_prompt": "task",
     "min_mean_constraints": 2,
     "filter_turns": 20,
+    "metrics": "paper",
 }
 PAPER_USER_MODELS = "GPT-4.1, Gemini-2.5-Flash and DeepSeek-V3.1"
 FILTER_TURNS = PAPER_PROTOCOL["filter_turns"]  # the trivial-dialogue filter looks at this many first turns
@@ -125,6 +127,7 @@ class EvolIFEnv(ChatEnv):
     | `regenerations` | `3` | renderer="llm": redrafts after a failed check, then the template text |
     | `system_prompt` | `None` | `"task"`: ifgym's task prompt (EvolIF's protocol); `None`/`"none"`: none; or any text |
     | `min_mean_constraints` | `None` | skip seeds whose first 20 turns average fewer live constraints (EvolIF: 2) |
+    | `metrics` | `"ifgym"` | `"paper"`: REC counts a dialogue with nothing to recover 0, as EvolIF's score.py |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
     The `user_` and `judge_` prefixes say whose setting it is: `EvolIFUser` and the judge take them unprefixed
@@ -161,7 +164,9 @@ class EvolIFEnv(ChatEnv):
       LLM user never sees the replies and is checked as EvolIF checks its queries; `max_turns`
       defaults to 100 (EvolIF's safety cap) instead of 20. With an LLM judge the judged groups are
       judged blind (`judge_mode="blind"`): the judge audit showed a small judge asked EvolIF's 1-10
-      question passing every reply; `judge_mode="rating"` keeps that question.
+      question passing every reply; `judge_mode="rating"` keeps that question. Later, `metrics=`
+      (REC's count for a dialogue with nothing to recover; rewards and episodes unchanged) and STA
+      as the headline metric.
     - v0: first release: every turn restated all live rules, the LLM user saw the recent dialogue
       and was checked by the user model, `max_turns` 20, the judge rated 1-10. Still registered with
       that behaviour (`restate="all"`, `adaptive=True`, `user_checks="model"`, `judge_mode="rating"`),
@@ -191,6 +196,7 @@ class EvolIFEnv(ChatEnv):
         regenerations: int = 3,
         system_prompt: str | None = None,
         min_mean_constraints: float | None = None,
+        metrics: str = "ifgym",
         max_reply_chars: int = 100_000,
         render_mode: str | None = None,
         env_name: str | None = None,
@@ -203,8 +209,10 @@ class EvolIFEnv(ChatEnv):
             ("judge", judge, JUDGES),
             ("checker_semantics", checker_semantics, SEMANTICS),
             ("judge_mode", judge_mode, MODES),
+            ("metrics", metrics, METRICS),
         )
         self.checker_semantics = checker_semantics
+        self.metrics = metrics
         # an LLM user or judge makes episodes nondeterministic: record them under the LLM id
         name = env_name or self.env_name
         if "llm" in (renderer, judge) and name.startswith("ifgym/EvolIF-v"):
@@ -287,12 +295,13 @@ class EvolIFEnv(ChatEnv):
             "checker_semantics": checker_semantics,
             "system_prompt": self.system_prompt_kind,
             "min_mean_constraints": self.min_mean_constraints,
+            "metrics": metrics,
         }
         self._judge_place = _model_kind(judge_client) if judge_client is not None else None
         judge_obj = EvolIFJudge(judge_client, mode=judge_mode) if judge_client is not None else None
         scorer = EvolIFScorer(judge_obj, semantics=checker_semantics)
         super().__init__(
-            task=EVOLIF,
+            task=EVOLIF_PAPER if metrics == "paper" else EVOLIF,
             user=user,
             scorer=scorer,
             rubric=rubric,
@@ -347,6 +356,7 @@ class EvolIFEnv(ChatEnv):
             for key in ("restate", "adaptive", "user_checks", "regenerations", "groups", "user_model"):
                 out.pop(key)
         out["deviations"] = self._deviations(paper, patience)
+        out["paper_decoding"] = {"stated": "EvolIF ran each evaluated model at its provider's default decoding"}
         return out
 
     def _deviations(self, paper: dict[str, Any], patience: int | None) -> list[str]:
@@ -370,6 +380,11 @@ class EvolIFEnv(ChatEnv):
         if patience != paper["patience"]:
             setting = "patience off" if patience is None else f"patience={patience}"
             deviations.append(f"{setting}: EvolIF's user gives up after {paper['patience']} failed turns in a row")
+        if self.metrics != paper["metrics"]:
+            deviations.append(
+                "metrics=ifgym: REC counts a dialogue with no failed turn that has a next turn as 1.0 (nothing left "
+                "unrecovered); EvolIF's score.py counts it 0 (env.metrics=paper)"
+            )
         if self.system_prompt_kind == "none":
             deviations.append(
                 "no system prompt: EvolIF's 'w/o system prompt' row; its protocol sends a task system prompt "
@@ -444,7 +459,11 @@ class EvolIFEnv(ChatEnv):
             )
         if self.tracker_overrides:
             changed = ", ".join(f"{k}={v}" for k, v in self.tracker_overrides.items())
-            out.append(f"tracker settings differ from EvolIF's: {changed}")
+            out.append(f"tracker settings differ from ifgym's defaults: {changed}")
+        out.append(
+            "the tracker's probabilities are ifgym's (a topic switch possible after 3 turns, then with p 0.8, new 0.4 "
+            "/ back 0.6; add:remove:modify 5:1:4): neither EvolIF's paper nor its release states them"
+        )
         out.append("topics and user styles are ifgym's own banks, not EvolIF's")
         return out
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from ifgym.core import TurnRecord, TurnSpec
 from ifgym.envs.base import ChatEnv
-from ifgym.errors import ConfigError, UnknownNameError
+from ifgym.errors import ConfigError, DataFormatError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.flexbench import (
     DEFAULT_DIMENSION_MODE,
@@ -243,7 +243,16 @@ class FlexBenchEnv(ChatEnv):
         if isinstance(source, DimensionSet):
             dims = source
         elif isinstance(source, str) and source == "build":
-            dims = built_dimensions(sop, client, self.pipeline)
+            try:
+                dims = built_dimensions(sop, client, self.pipeline)
+            except DataFormatError as exc:
+                where = getattr(getattr(client, "config", None), "base_url", None) or "embedded"
+                raise DataFormatError(
+                    f"building the dimensions of SOP {sop.name!r} (env.dimensions=build, env.pipeline={self.pipeline}) "
+                    f"failed: the judge model builds them, and {getattr(client, 'model', '?')} ({where}) did not: "
+                    f"{exc}. Serve a stronger judge model (judge.llm.base_url=URL judge.llm.model=NAME), or score "
+                    "with ifgym's reviewed dimension file (env.dimensions=null)"
+                ) from None
         elif source is not None:
             dims = load_dimensions(source)
         elif sop.path is not None and sop.path.parent == SOP_DIR:
@@ -297,6 +306,11 @@ class FlexBenchEnv(ChatEnv):
             judge=self.judge_kind,
             dimensions="built (pipeline=" + self.pipeline + ")" if self.dimensions_built else "file",
             metrics=self.metrics,
+            caller_patience=self.user.patience_setting,
+            paper_decoding={
+                "temperature": 0.3,
+                "stated": "FlexBench §5.1: the evaluated models decode at temperature 0.3",
+            },
         )
         deviations = [
             f"SOP {self.sop.name!r} is not one of the paper's scenarios (neither its SOPs nor its conversation "
@@ -311,6 +325,11 @@ class FlexBenchEnv(ChatEnv):
         )
         if models:
             deviations.append(f"models: {models} (the paper's results come from its own user and judge models)")
+        if self.user.patience_setting is not None:
+            deviations.append(
+                f"patience={self.user.patience_setting}: the caller hangs up after unhelpful turns (ifgym's; the "
+                "paper's callers have no patience: env.patience=null)"
+            )
         if self.user_kind == "scripted":
             deviations.append("user=scripted: a scripted caller with fixed lines, not the paper's LLM persona caller")
         if self.judge_kind == "rules":

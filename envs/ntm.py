@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,10 @@ from ifgym.rewards.structflow.judge import CHECKLIST_MODES, DEFAULT_CHECKLIST_MO
 from ifgym.rewards.tasks import NTM
 
 JUDGES = ("rules", "llm")
+PAPER_LENGTHS = (10, 15, 20, 25)  # the dialogue lengths of the paper's Table 3
+# The paper's corpus (Table 1, §4.2) against the released file: the paper does not say which subset it used.
+PAPER_CORPUS = {"dialogues": 165, "user_turns": 2929}
+RELEASED_CORPUS = {"dialogues": 405, "user_turns": 6931}
 
 
 class NTMEnv(ChatEnv):
@@ -61,6 +66,8 @@ class NTMEnv(ChatEnv):
     | `dataset` | required | path to an NTM file (JSON Lines, e.g. Context-Agent's `dataset-full.jsonl`) |
     | `judge` | `"llm"` | `"llm"` (the checklist judge) or `"rules"` (every checkpoint unknown) |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"`, which scores nothing (see Rewards) |
+    | `lengths` | `None` | play only the dialogues of these lengths in user turns: `[10, 15, 20, 25]`, the paper's |
+    | `checkpoint_scope` | `True` | checkpoints keep their governing negations (False: v0's reading) |
     | `judge_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes the reply), `"probability"` |
     | `judge_max_retries` | `2` | re-asks when the judge's answer misses checkpoints |
@@ -70,10 +77,14 @@ class NTMEnv(ChatEnv):
     | `max_reply_chars` | `100000` | longest accepted reply |
 
     ## Version History
-    - v0: first release.
+    - v1: a checkpoint keeps the negation that governs it ("(3)without filing a complaint or
+      (4)requesting a VIP upgrade": the 4th is "without requesting a VIP upgrade") and none ends in
+      "or", so the judge is asked other questions than v0's; `lengths` restricts the dialogues played;
+      the protocol lines compare the file with the paper's corpus.
+    - v0: first release. Still registered with its checkpoint reading (`checkpoint_scope=False`).
     """
 
-    env_name = "ifgym/NTM-v0"
+    env_name = "ifgym/NTM-v1"
     user_sees_verdicts = False  # the user replays its turns whatever the replies; only the last turn is judged
 
     def __init__(
@@ -82,6 +93,8 @@ class NTMEnv(ChatEnv):
         dataset: str | Path | None = None,
         judge: str = "llm",
         allow_unjudged: bool = False,
+        lengths: Sequence[int] | None = None,
+        checkpoint_scope: bool = True,
         judge_llm: Any = None,
         judge_mode: str = DEFAULT_CHECKLIST_MODE,
         judge_max_retries: int = 2,
@@ -106,7 +119,12 @@ class NTMEnv(ChatEnv):
             )
         if env_name:
             self.env_name = env_name
-        dialogues = load_ntm(dataset)
+        if not isinstance(checkpoint_scope, bool):
+            raise ConfigError(f"checkpoint_scope must be True or False, got {checkpoint_scope!r}")
+        corpus = load_ntm(dataset, scope=checkpoint_scope)
+        self.corpus = {"dialogues": len(corpus), "user_turns": sum(len(d.turns) for d in corpus)}
+        self.lengths = _check_lengths(lengths, corpus, dataset)
+        dialogues = [d for d in corpus if self.lengths is None or len(d.turns) in self.lengths]
         if judge == "rules" and not allow_unjudged:
             raise ConfigError(
                 f"{dataset}: judge='rules' would score nothing: no rule decides a checkpoint, so every verdict would "
@@ -165,11 +183,13 @@ class NTMEnv(ChatEnv):
             "paper": "Context-Agent (NTM)",
             "dataset": self.dataset,
             "dialogues": self.replayed,
+            "lengths": "/".join(map(str, self.lengths)) if self.lengths else None,
             "max_turns": "the dialogue's length",
             "judge": self.judge_kind,
             "judge_mode": judge.mode if judge is not None else None,
         }
         deviations = [
+            self._corpus_line(),
             "the judge is ifgym's checklist judge (StructFlow's prompt, one call per dialogue on the final request "
             "and reply, unknown verdicts counted), not the paper's judge (which answers a count met / total)",
             "ACT counts every prompt token of the policy's request, the new message included, as its server reports "
@@ -180,9 +200,42 @@ class NTMEnv(ChatEnv):
         out["deviations"] = deviations
         return out
 
+    def _corpus_line(self) -> str:
+        """The file's size against the paper's corpus, and which dialogues this run plays."""
+        n, turns = self.corpus["dialogues"], self.corpus["user_turns"]
+        paper = (
+            f"the paper reports {PAPER_CORPUS['dialogues']} dialogues and {PAPER_CORPUS['user_turns']:,} user turns "
+            "(Table 1, §4.2) without saying which subset of the released file "
+            f"({RELEASED_CORPUS['dialogues']} dialogues, {RELEASED_CORPUS['user_turns']:,} user turns) it used"
+        )
+        released = " (the released file)" if self.corpus == RELEASED_CORPUS else ""
+        played = (
+            f"; this run plays the {self.replayed} of {'/'.join(map(str, self.lengths))} turns (env.lengths)"
+            if self.lengths
+            else "; this run plays every length, the other lengths reported apart (TCR/other), "
+            "env.lengths=[10,15,20,25] keeps the paper's"
+        )
+        return f"corpus: {n} dialogues, {turns:,} user turns{released}; {paper}{played}"
+
     # --- rendering -------------------------------------------------------------------------------
     def _render_turn(self, t: TurnRecord) -> list[str]:
         """One turn: the request and the reply; on the final turn each checkpoint's verdict."""
         lines = [f"[{t.index + 1}] USER: {t.user}", f"[{t.index + 1}] MODEL: {t.reply}"]
         lines += [f"    {v.label:7} {i.question}" for i, v in zip(t.spec.checklist, t.verdicts, strict=True)]
         return lines
+
+
+def _check_lengths(lengths: Any, corpus: Sequence[Any], dataset: Any) -> tuple[int, ...] | None:
+    """`lengths` as sorted ints, or None for all; a clear error when a value is not a length or nothing is left."""
+    if lengths is None:
+        return None
+    values = list(lengths) if isinstance(lengths, Sequence) and not isinstance(lengths, str) else None
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise ConfigError(
+            f"env.lengths must be a list of dialogue lengths in user turns, e.g. [10,15,20,25]; got {lengths!r}"
+        )
+    kept = tuple(sorted(set(values)))
+    found = sorted({len(d.turns) for d in corpus})
+    if not any(len(d.turns) in kept for d in corpus):
+        raise ConfigError(f"{dataset}: no dialogue has {list(kept)} user turns (env.lengths); its lengths: {found}")
+    return kept

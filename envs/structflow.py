@@ -12,7 +12,7 @@ from ifgym.errors import ConfigError, UnknownNameError
 from ifgym.llm import resolve_client
 from ifgym.rewards.rubric import VerdictRubric
 from ifgym.rewards.structflow.judge import CHECKLIST_MODES, DEFAULT_CHECKLIST_MODE
-from ifgym.rewards.tasks import STRUCTFLOW
+from ifgym.rewards.tasks import STRUCTFLOW, STRUCTFLOW_PAPER
 
 CONTEXTS = ("golden", "own")
 GRAPHIF_JUDGE_RETRIES = 4  # GraphIF's evaluator asks the judge up to 5 times while the verdict count is off
@@ -29,9 +29,11 @@ PAPER_PROTOCOL: dict[str, Any] = {
     "patience": None,
     "max_turns": None,
     "system_prompt": None,
+    "metrics": "paper",
 }
 PAPER_JUDGE = "gpt-4o"
 GENERATORS = ("template", "llm")
+METRICS = ("ifgym", "paper")
 JUDGES = ("rules", "llm")
 
 
@@ -83,7 +85,10 @@ class StructFlowEnv(ChatEnv):
     out. A turn whose items are all unknown gets 0 with `info["reward_defined"]` False;
     `info["unknown"]` counts unknown items. A turn with an empty checklist gets 1 (nothing to
     fail), while the metrics follow the benchmark's script: CSR 0, ISR 1, WCSR 0 for such a turn.
-    `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns (see `ifgym.rewards.structflow.metrics`).
+    `summarize` gives CSR, ISR, WCSR, DRFR and their breakdowns (see `ifgym.rewards.structflow.metrics`):
+    with `metrics="ifgym"` WCSR is the released script's per-turn mean (the paper's equation is
+    `WCSR_pooled`); with `metrics="paper"` (env=structflow_paper) WCSR is the equation of
+    StructFlowBench §3.5 and GraphIF eq. 10, pooled over items, and the script's is `WCSR_per_turn`.
 
     Replaying a dataset none of whose items carries a rule-checkable constraint (StructFlowBench's
     own file) with `judge="rules"` would leave every item unknown, every reward 0 and every metric
@@ -124,6 +129,7 @@ class StructFlowEnv(ChatEnv):
     | `max_turns` | `None` | truncation length (int or None) |
     | `reward` | `"weighted"` | `"weighted"`, `"fraction"` or `"all_pass"` |
     | `reward_weights` | `None` | item type → weight for `"weighted"` (default: each item's own weight) |
+    | `metrics` | `"ifgym"` | WCSR as the released script (`"ifgym"`) or the papers' pooled equation (`"paper"`) |
     | `system_prompt` | `None` | system message put first in every observation |
     | `max_reply_chars` | `100000` | longest accepted reply |
 
@@ -132,6 +138,9 @@ class StructFlowEnv(ChatEnv):
       decided by it rather than by the judge (`judge_rule_items=True` restores the benchmark's way),
       and `judge_mode="evidence"` makes the judge quote the reply for every Yes. `judge_mode="paper"`
       and `protocol()` (issue 20): `env=structflow_paper` is the benchmark's evaluation (`PAPER_PROTOCOL`).
+      `metrics=` chooses which WCSR is the headline (metrics only). In GraphIF's sets, `Global` items
+      weigh 2 (they weighed 1): the weighted reward of those turns changes; no GraphIF set ships, and
+      StructFlowBench's own dialogues and the generated ones are scored as before, so the id stayed.
     """
 
     env_name = "ifgym/StructFlow-v0"
@@ -161,6 +170,7 @@ class StructFlowEnv(ChatEnv):
         max_turns: int | None = None,
         reward: str = "weighted",
         reward_weights: Mapping[str, float] | None = None,
+        metrics: str = "ifgym",
         system_prompt: str | None = None,
         max_reply_chars: int = 100_000,
         render_mode: str | None = None,
@@ -179,7 +189,9 @@ class StructFlowEnv(ChatEnv):
             ("generator", generator, GENERATORS),
             ("judge", judge, JUDGES),
             ("judge_mode", judge_mode, CHECKLIST_MODES),
+            ("metrics", metrics, METRICS),
         )
+        self.metrics = metrics
         if context is not None:
             UnknownNameError.check(("context", context, CONTEXTS))
         rubric = VerdictRubric(reward, reward_weights, patience)
@@ -252,7 +264,7 @@ class StructFlowEnv(ChatEnv):
             else None
         )
         super().__init__(
-            task=STRUCTFLOW,
+            task=STRUCTFLOW_PAPER if metrics == "paper" else STRUCTFLOW,
             user=user,
             scorer=StructFlowScorer(judge_obj, judge_rule_items=judge_rule_items, judge_golden=judge_golden),
             rubric=rubric,
@@ -283,6 +295,7 @@ class StructFlowEnv(ChatEnv):
             "patience": self.patience.full,
             "max_turns": self.max_turns,
             "system_prompt": self.system_prompt,
+            "metrics": self.metrics,
         }
         paper = "GraphIF" if self.graphif_sets else "StructFlowBench"
         out: dict[str, Any] = {**super().protocol(), "paper": paper, **settings}
@@ -302,10 +315,15 @@ class StructFlowEnv(ChatEnv):
             "the judge is ifgym's checklist judge (one call per turn, unreadable verdicts unknown and counted as "
             "neither), not GraphIF's evaluator (StructFlowBench's prompt with a golden-response section and notes "
             "of its own; a turn whose verdicts it cannot read is left out of every metric)",
-            "WCSR weighs structural items 2 and the others 1 (StructFlowBench's convention); GraphIF's scorer "
-            "weighs every type but lower-case instruction 2",
+            "WCSR weighs structural items and Global items 2 (inter-turn, as the paper counts global constraints) "
+            "and Instruction/instruction items 1; GraphIF's released scorer weighs upper-case Instruction 2 too",
         ]
         judge = getattr(self.scorer, "judge", None)
+        if judge is not None:
+            model = str(getattr(judge.client, "model", "") or "unknown")
+            deviations.append(f"judge {model}: the judge model of this run (GraphIF's evaluator names its own)")
+        if self.metrics != "paper":
+            deviations.append(METRICS_DEVIATION)
         if judge is not None and judge.mode != "paper":
             deviations.append(
                 f"judge_mode={judge.mode}: ifgym's own checklist prompt and output shape; GraphIF's evaluator asks as "
@@ -370,6 +388,12 @@ class StructFlowEnv(ChatEnv):
         return lines
 
 
+METRICS_DEVIATION = (
+    "metrics=ifgym: WCSR is the released script's per-turn mean; the papers' equation (pooled over items) is "
+    "WCSR_pooled (env.metrics=paper makes it WCSR)"
+)
+
+
 def _deviations(settings: Mapping[str, Any], judge: Any) -> list[str]:
     """How a run with these settings (and this checklist judge, or None) differs from `PAPER_PROTOCOL`, in words."""
     paper = PAPER_PROTOCOL
@@ -380,6 +404,8 @@ def _deviations(settings: Mapping[str, Any], judge: Any) -> list[str]:
         out.append(f"dataset={settings['dataset']}: another file, not the 155 dialogues StructFlowBench ships")
     if settings["context"] != paper["context"]:
         out.append("context=own: the policy's own earlier replies as history, not the reference answers")
+    if settings["metrics"] != "paper":
+        out.append(METRICS_DEVIATION)
     if judge is None:
         out.append(
             "judge=rules: only rule-checkable items are scored, the rest are unknown (the paper's judge is GPT-4o)"

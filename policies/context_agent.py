@@ -28,7 +28,10 @@ topic. Per turn:
    filter went (`"filter"`: below theta / latest turn / earlier point of this thread / other
    branch) and, with `top_k` > 1, what was retrieved (`"retrieved"`). With `retrieval=False` (the
    paper's "w/o retriever" ablation) nothing is embedded or retrieved: the thread continues
-   (`"filter": "retrieval off"`).
+   (`"filter": "retrieval off"`), ifgym's choice: the paper's ablation keeps a heuristic branch
+   decision, which it does not describe enough to reproduce. A retrieved node that is the active
+   turn's parent counts as the latest turn, as in the paper's released code (its IsAncestor test
+   counts the parent as an earlier point); `protocol()` says both.
 4. **Context** for the base policy: the standing instructions (the env's system message, or else
    the base policy's own system prompt) and summaries of the other branches of the active tree
    and of the other topics in one system message, then the active path (root to the new node) in
@@ -278,7 +281,7 @@ class ContextAgent(WrapperPolicy):
     | `topic_decision` | `"summaries"` | one call over the topics' summaries; `"paths"`: the paper's yes/no per path |
     | `topic_summary` | `"running"` | updated with each node summary, or `"from_nodes"`: built from the node summaries |
     | `tree` | `True` | `False`: the paper's ablation without the tree (retrieval over a linear sequence) |
-    | `retrieval` | `True` | `False`: the paper's ablation without the retriever (the heuristic alone decides) |
+    | `retrieval` | `True` | `False`: the paper's ablation without the retriever (here the thread always continues) |
     | `linear_k` | `None` | turns retrieved when `tree=False`; `None` = 3 up to turn 15, 5 after (the paper's) |
     | `embed_chars` | `1000` | a node's content (message + reply) is cut to this length before embedding |
     | `summary_chars` | `1500` | the reply is cut to this length in the summary prompt |
@@ -386,8 +389,14 @@ class ContextAgent(WrapperPolicy):
         else:
             if not self.retrieval:
                 deviations.append(
-                    "ablation without the retriever (the paper's Table 4): nothing retrieved, the thread continues; "
-                    "no branch decision"
+                    "ablation without the retriever (the paper's Table 4): nothing retrieved and the thread always "
+                    "continues (ifgym's choice); the paper's ablation keeps a heuristic branch decision"
+                )
+            else:
+                deviations.append(
+                    "the branch filter treats a retrieved node that is the active turn's parent like the latest turn "
+                    "(no branch decision), as the paper's released code does; the paper's IsAncestor counts the parent "
+                    "as an earlier point of the thread"
                 )
             if self.topic_decision != "paths":
                 deviations.append(

@@ -51,8 +51,9 @@ Per user turn:
 
 The paper's Table 3 ablations are switches: `extraction="fast"` is *w/o agent* (one extraction
 call instead of the loop) and `graph_prompt=False` is *w/o graph prompt* (relations still
-extracted; the rewrite prompt names each relation and what it binds, without its definition or
-the linked turns' content). `explain_relations=False` (definitions dropped, linked content kept)
+extracted and the reply still rewritten, but the rewrite is shown "only relevant dialogue content
+without semantic relation explanations": the linked turns' content, no relation titles,
+definitions, bindings, rule texts or intention). `explain_relations=False` (definitions dropped, linked content kept)
 and `extraction="single"` are ifgym's own ablations. `protocol()` names the variant ("GraphIF",
 "GraphIF w/o agent (fast)", "GraphIF w/o graph prompt") and lists every way the run differs from
 the paper's setup, for the results table.
@@ -426,17 +427,19 @@ def locate_system(kind: str) -> str:
     )
 
 
-REWRITE_SYSTEM = """You revise a draft answer so that it meets the user's request and every requirement in \
-the relation graph, which says how earlier turns of the conversation bind this answer. Keep what the draft \
-already does right; change only what a requirement needs.
-Answer with JSON only: {"reply": "<the complete revised answer>"}"""
+# What the rewrite is given besides the request: the graph prompt, or (w/o graph prompt) the linked turns alone
+_GRAPH = "the relation graph, which says how earlier turns of the conversation bind this answer"
+_CONTENT_ONLY = "the earlier turns of the conversation shown with it"
+
+REWRITE_SYSTEM = f"""You revise a draft answer so that it meets the user's request and every requirement in \
+{_GRAPH}. Keep what the draft already does right; change only what a requirement needs.
+Answer with JSON only: {{"reply": "<the complete revised answer>"}}"""
 
 # The paper's rewrite: a check of the draft against each requirement, then the answer in its own section.
 FINAL_RESPONSE_SYSTEM = f"""You revise a draft answer so that it meets the user's request and every requirement \
-in the relation graph, which says how earlier turns of the conversation bind this answer. First check the \
-draft against each requirement in a few lines; keep what it already does right and change only what a \
-requirement needs. Then write the line "{FINAL_RESPONSE}" and, after it, the complete revised answer exactly \
-as the user should see it, with nothing after it."""
+in {_GRAPH}. First check the draft against each requirement in a few lines; keep what it already does \
+right and change only what a requirement needs. Then write the line "{FINAL_RESPONSE}" and, after it, the \
+complete revised answer exactly as the user should see it, with nothing after it."""
 
 SUMMARY_SYSTEM = """Write a one- or two-sentence summary of one turn of a conversation (the user's request and \
 the assistant's answer): what was asked, what was answered, and any rule the user set for later answers.
@@ -561,7 +564,7 @@ class GraphIF(WrapperPolicy):
     | `light` | `None` | client for extraction calls; an LLMConfig or mapping; `None` = the embedded model |
     | `extraction` | `"fast"` | `"fast"` (one structured call), `"loop"` (the paper's loop), `"single"` (ablation) |
     | `explain_relations` | `True` | `False` = ablation: no relation definitions (the rest stays) |
-    | `graph_prompt` | `True` | `False` = the paper's w/o-graph-prompt ablation: no definitions, no linked content |
+    | `graph_prompt` | `True` | `False` = the paper's w/o-graph-prompt ablation: linked turns only, no explanations |
     | `summary` | `False` | `True` = a light call per turn summarizing the exchange (the released code's) |
     | `rewrite` | `None` | `"when_bound"`, `"always"`, `"never"`; `None`: `"always"` for the loop, else `"when_bound"` |
     | `rewrite_format` | `"json"` | `"json"` (`{"reply": ...}`) or `"final_response"` (a check, then the answer) |
@@ -767,7 +770,7 @@ class GraphIF(WrapperPolicy):
         final = self.rewrite_format == "final_response"
         out = yield BaseCall(
             [
-                {"role": "system", "content": FINAL_RESPONSE_SYSTEM if final else REWRITE_SYSTEM},
+                {"role": "system", "content": self.rewrite_system()},
                 {"role": "user", "content": f"{request}\n\n{prompt}\n\nDraft answer:\n{initial}"},
             ],
             rewrite=True,
@@ -986,9 +989,21 @@ class GraphIF(WrapperPolicy):
         lines.append(f"Current request (turn {node.turn}):\n{node.user}")
         return "\n".join(lines)
 
+    def rewrite_system(self) -> str:
+        """The rewrite call's system message: the graph's wording, or (w/o graph prompt) the linked turns'."""
+        system = FINAL_RESPONSE_SYSTEM if self.rewrite_format == "final_response" else REWRITE_SYSTEM
+        return system if self.use_graph_prompt else system.replace(_GRAPH, _CONTENT_ONLY)
+
     def graph_prompt(self, node: TurnNode, exchanges: list[Exchange], new_edges: Sequence[Edge]) -> str:
-        """The relation graph of this turn in words: per relation its definition, what it binds, the linked content."""
+        """The relation graph of this turn in words: per relation its definition, what it binds, the linked content.
+
+        Without the graph prompt (the paper's ablation: "only relevant dialogue content without
+        semantic relation explanations"), the linked turns' content alone, in turn order: no
+        relation titles, definitions, bindings, rule texts or intention.
+        """
         g = self.graph
+        if not self.use_graph_prompt:
+            return self._linked_content(node, exchanges, new_edges)
         items: list[list[str]] = []
         seen: set[int] = set()
 
@@ -1004,14 +1019,11 @@ class GraphIF(WrapperPolicy):
 
         def item(kind: str, title: str, binds: str, turns: Sequence[int]) -> None:
             lines = [title]
-            # explain_relations=False drops only the definitions; graph_prompt=False (the paper's
-            # w/o-graph-prompt ablation) drops the definitions and the linked content
-            if self.explain_relations and self.use_graph_prompt:
+            if self.explain_relations:  # False: ifgym's ablation, the definitions alone left out
                 lines.append(f"What it means: {DEFINITIONS[kind]}.")
             lines.append(f"How it binds this answer: {binds or BINDINGS[kind]}.")
-            if self.use_graph_prompt:
-                for turn in turns:
-                    lines.extend(linked(turn))
+            for turn in turns:
+                lines.extend(linked(turn))
             items.append(lines)
 
         for rule in g.rules:
@@ -1037,3 +1049,20 @@ class GraphIF(WrapperPolicy):
             for n, lines in enumerate(items, 1)
         ]
         return "\n".join(head) + ("\n\n" + "\n\n".join(body) if body else "")
+
+    def _linked_content(self, node: TurnNode, exchanges: list[Exchange], new_edges: Sequence[Edge]) -> str:
+        """The w/o-graph-prompt ablation's prompt: the content of the turns this request links to, nothing else."""
+        turns = sorted(
+            {r.turn for r in self.graph.rules if r.turn < node.turn}
+            | {e.target for e in new_edges if e.relation != "global_constraint" and e.target < node.turn}
+        )
+        if not turns:
+            return f"Relevant earlier dialogue content for this request (turn {node.turn}): none."
+        lines = [f"Relevant earlier dialogue content for this request (turn {node.turn}):"]
+        for turn in turns:
+            ex = exchanges[turn - 1]
+            lines += [
+                f"Turn {turn}, user: {clip(ex.user, self.linked_chars)}",
+                f"Turn {turn}, assistant: {clip(ex.assistant, self.linked_chars)}",
+            ]
+        return "\n".join(lines)

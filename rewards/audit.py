@@ -58,6 +58,7 @@ from ifgym.core import ChecklistItem, TurnSpec
 from ifgym.core.constraints import Constraint
 from ifgym.errors import DataFormatError, UnknownNameError
 from ifgym.llm.loop import run_async
+from ifgym.llm.models import QWEN_FILE, QWEN_NAME, QWEN_SHA256
 from ifgym.rewards.checks import check
 
 __all__ = [
@@ -77,7 +78,9 @@ __all__ = [
     "calibrate_threshold",
     "format_report",
     "gold_version",
+    "audit_key",
     "judge_identity",
+    "known_audit",
     "load_gold",
     "load_real",
     "probes",
@@ -88,6 +91,9 @@ __all__ = [
 GOLD_PATH = Path(__file__).parent / "assets" / "judge_gold.json"
 SCHEMA = "ifgym.judge_audit/v1"
 REAL_PATH = Path(__file__).parent / "assets" / "structflow_real" / "suite.json"
+# Audits of the packaged embedded judge, measured (benchmarks/judge_audits.py) and shipped so that its
+# verdict, a refusal for most suites, is known before any model call; named by their cache key.
+SHIPPED_AUDITS = Path(__file__).parent / "assets" / "judge_audits"
 REAL_SPLITS = ("dev", "test", "all")
 SUITES = ("evolif", "structflow", "flexbench", "structflow_real")
 # What real material (a benchmark's own verdicts on real replies) exists for each suite's judge.
@@ -833,7 +839,10 @@ def _cache_key(
     # the prompt version holds the judge options that change verdicts (probability mode: its threshold)
     options = {s: judge_options if s.startswith("structflow") else None for s in suites}
     versions = {s: (modes[s], build_scorer(s, client, modes[s], None, options[s]).judge.prompt_version) for s in suites}
-    blob: dict[str, Any] = {"judge": judge_identity(client), "short": short, "gold": gold_version(), "suites": versions}
+    identity = judge_identity(client)
+    if identity.get("backend") == "embedded" and identity.get("embedded_model") == QWEN_NAME:
+        identity["model_file"] = f"{QWEN_FILE} sha256:{QWEN_SHA256}"  # a shipped audit is of this very file
+    blob: dict[str, Any] = {"judge": identity, "short": short, "gold": gold_version(), "suites": versions}
     if "structflow_real" in suites:  # keys of audits without the real suite stay as they were
         blob.update(real=real_version(), split=split, floor=REAL_FLOOR.to_json())
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -853,19 +862,16 @@ def cached_audit(
     """`audit`, read from `<cache>/judge-audit/` when this judge, mode, prompt and gold set were audited before.
 
     The cache is $IFGYM_CACHE or ~/.cache/ifgym. The report gains `cached` (True when read) and `cache_path`.
-    `judge_options` go to the checklist judges, as in `audit`.
+    `judge_options` go to the checklist judges, as in `audit`. Before auditing, the audits shipped with
+    ifgym (`SHIPPED_AUDITS`: the packaged embedded judge, keyed alike, so by its model file and prompt
+    versions) are looked up too; one found gains `shipped` True.
     """
-    from ifgym.llm.models import default_cache_dir
-
     modes = _modes_of(suites, modes)
-    folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    path = folder / "judge-audit" / f"{_cache_key(client, suites, modes, short, split, judge_options)}.json"
-    if path.exists():
-        try:
-            report = json.loads(path.read_text(encoding="utf-8"))
-            return {**report, "cached": True, "cache_path": str(path)}
-        except json.JSONDecodeError:
-            pass  # a cut-off write: audit again
+    key = _cache_key(client, suites, modes, short, split, judge_options)
+    found = known_audit(key, cache_dir)
+    if found is not None:
+        return found
+    path = _audit_cache(cache_dir) / f"{key}.json"
     report = audit(
         client, suites=suites, modes=modes, short=short, progress=progress, split=split, judge_options=judge_options
     )
@@ -874,6 +880,40 @@ def cached_audit(
     tmp.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return {**report, "cached": False, "cache_path": str(path)}
+
+
+def _audit_cache(cache_dir: str | Path | None = None) -> Path:
+    from ifgym.llm.models import default_cache_dir
+
+    return (Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()) / "judge-audit"
+
+
+def audit_key(
+    client: Any,
+    suites: Sequence[str],
+    modes: Mapping[str, str] | None = None,
+    short: bool = True,
+    split: str = "test",
+    judge_options: Mapping[str, Any] | None = None,
+) -> str:
+    """The key an audit of this judge is cached (and shipped) under: judge, model file, modes, prompts, gold set."""
+    return _cache_key(client, suites, _modes_of(suites, modes), short, split, judge_options)
+
+
+def known_audit(key: str, cache_dir: str | Path | None = None) -> dict[str, Any] | None:
+    """The audit stored under `key`: this machine's cache first, then the audits shipped with ifgym; None if neither.
+
+    No model call. A cached report gains `cached` True and `cache_path`; a shipped one also `shipped` True.
+    """
+    for path, shipped in ((_audit_cache(cache_dir) / f"{key}.json", False), (SHIPPED_AUDITS / f"{key}.json", True)):
+        if not path.exists():
+            continue
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            continue  # a cut-off write: audit again
+        return {**report, "cached": True, "cache_path": str(path), **({"shipped": True} if shipped else {})}
+    return None
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -886,7 +926,8 @@ def format_report(report: Mapping[str, Any]) -> str:
     where = judge.get("base_url") or judge.get("backend", "")
     lines = [
         f"judge audit: {judge.get('model')} ({where}), {report['set']} gold set {report['gold_version']}, "
-        f"{report['calls']} calls in {report['seconds']:.0f} s" + (" (cached)" if report.get("cached") else "")
+        f"{report['calls']} calls in {report['seconds']:.0f} s"
+        + (" (shipped with ifgym)" if report.get("shipped") else " (cached)" if report.get("cached") else "")
     ]
     head = (
         "suite / group",

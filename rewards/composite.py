@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 HEADLINE: tuple[str, ...] = (*EVOLIF_HEADLINE, "checklist/CSR", "checklist/ISR", "DRFR", "WCSR")
-HEADLINE_METRIC = EVOLIF_HEADLINE_METRIC  # the rules' recovery, as in EvolIF
+HEADLINE_METRIC = EVOLIF_HEADLINE_METRIC  # the rules' stability (STA), as in EvolIF
 # One line per metric, printed under the results table.
 DEFINITIONS: dict[str, str] = EVOLIF_DEFINITIONS | {
     "checklist/CSR": "the structural checklist items met / judged, per turn, averaged over turns",

@@ -9,7 +9,8 @@ Metrics (`summarize`, from one `NTMRow` per dialogue):
 - `TCR`: per dialogue, met checkpoints / judged checkpoints (unknown verdicts are neither met nor
   unmet, and counted in `unknown_share`), averaged over dialogues (the paper's headline);
   `TCR_pooled`: met / judged over all checkpoints at once; `TCR/<bucket>`: the mean per length
-  bucket (10, 15, 20, 25 turns, other).
+  bucket (10, 15, 20, 25 turns, other); `TCR/paper_lengths`: the mean over the dialogues at the
+  paper's lengths, the other lengths left out (the released file holds both; `env.lengths` restricts a run).
 - `ACT`: context tokens sent to the policy model per turn, from the policy's own usage records
   (`meta["policy_usage"]`: a wrapper's `context_tokens`, else a plain chat policy's
   `prompt_tokens`; a dialogue whose server left a call's usage unreported is left out), pooled over
@@ -163,6 +164,9 @@ def summarize_rows(rows: Sequence[NTMRow], loose: bool = False) -> dict[str, flo
         "unknown_share": unknown / len(labels) if labels else math.nan,
         "ACT": _act(rows),
     }
+    paper = [r for r in rows if r.bucket != "other"]
+    if paper:
+        out["TCR/paper_lengths"] = _mean([tcr(r.labels) for r in paper])
     for bucket in BUCKETS:
         group = [r for r in rows if r.bucket == bucket]
         if group:
@@ -188,6 +192,7 @@ HEADLINE = (
     "TCR_pooled",
     "unknown_share",
     "ACT",
+    "TCR/paper_lengths",
     *(f"TCR/{b}" for b in BUCKETS),
     *(f"ACT/{b}" for b in BUCKETS),
 )  # the metrics that get bootstrap intervals in `ifgym eval`
@@ -199,6 +204,7 @@ DEFINITIONS: dict[str, str] = {
     "ACT": "average context tokens: tokens sent to the policy model per turn (its own usage records)",
     **{f"TCR/{b}": f"TCR of the {b}-turn dialogues" for b in BUCKETS[:-1]},
     "TCR/other": "TCR of the dialogues of other lengths",
+    "TCR/paper_lengths": "TCR of the dialogues at the paper's lengths (10, 15, 20, 25 turns), the others left out",
     **{f"ACT/{b}": f"ACT of the {b}-turn dialogues" for b in BUCKETS[:-1]},
     "ACT/other": "ACT of the dialogues of other lengths",
 }

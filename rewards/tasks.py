@@ -15,7 +15,16 @@ from ifgym.rewards.evolif import metrics as evolif
 from ifgym.rewards.flexbench import report as flexbench
 from ifgym.rewards.structflow import metrics as structflow
 
-__all__ = ["COMPOSITE", "EVOLIF", "FLEXBENCH", "FLEXBENCH_PAPER", "NTM", "STRUCTFLOW"]
+__all__ = [
+    "COMPOSITE",
+    "EVOLIF",
+    "EVOLIF_PAPER",
+    "FLEXBENCH",
+    "FLEXBENCH_PAPER",
+    "NTM",
+    "STRUCTFLOW",
+    "STRUCTFLOW_PAPER",
+]
 
 
 def checklist_or_constraints(episode: Episode) -> str:
@@ -49,6 +58,16 @@ EVOLIF = Task(
     training_reward=checklist_or_constraints,
 )
 
+# env=evolif_paper (metrics="paper"): REC with the 0/0 convention of EvolIF's released score.py
+EVOLIF_PAPER = replace(
+    EVOLIF,
+    name="evolif_paper",
+    summarize=evolif.summarize_paper,
+    summarize_rows=evolif.summarize_rows_paper,
+    summary_ratios=evolif.summary_ratios_paper,
+    definitions=evolif.PAPER_DEFINITIONS,
+)
+
 STRUCTFLOW = Task(
     name="structflow",
     summarize=structflow.summarize,  # CSR, ISR, WCSR, DRFR and breakdowns
@@ -60,6 +79,17 @@ STRUCTFLOW = Task(
     definitions=structflow.DEFINITIONS,
     judge_suite="structflow",  # the checklist judge's
     training_reward=checklist,
+)
+
+# env=structflow_paper (metrics="paper"): WCSR is the papers' pooled equation, the script's per-turn mean beside it
+STRUCTFLOW_PAPER = replace(
+    STRUCTFLOW,
+    name="structflow_paper",
+    summarize=structflow.summarize_paper,
+    summarize_rows=structflow.summarize_rows_paper,
+    summary_ratios=structflow.summary_ratios_paper,
+    headline=structflow.PAPER_HEADLINE,
+    definitions=structflow.PAPER_DEFINITIONS,
 )
 
 FLEXBENCH = Task(

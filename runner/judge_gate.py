@@ -16,12 +16,15 @@ from typing import Any
 def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> dict[str, Any]:
     """Audit the env's LLM judge on the gold set's short suite (cached) before any episode; the summary's `judge`.
 
-    Refuses (ConfigError) a judge below the floor unless `judge.trust=true`, which is recorded.
-    Says so when the judge is the embedded model (no `judge.llm.base_url`), and prints its audit.
+    Refuses (ConfigError) a judge below the floor. The packaged embedded judge's audits ship with
+    ifgym, so its verdict is known at once. `judge.trust=true` runs no audit (recorded as
+    `audit_skipped`); it records one already known (cached or shipped), and a failing one as
+    trusted below the floor. Says so when the judge is the embedded model (no
+    `judge.llm.base_url`), and prints its audit.
     """
     from ifgym.errors import ConfigError
     from ifgym.llm import make_client
-    from ifgym.rewards.audit import cached_audit, format_report
+    from ifgym.rewards.audit import audit_key, cached_audit, format_report, known_audit
 
     if judge_cfg["kind"] != "llm":
         return {"kind": judge_cfg["kind"]}
@@ -39,13 +42,25 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     # a checklist judge is audited on real replies first (StructFlowBench's own verdicts), then on the hand-written set
     suites = ["structflow_real", suite] if suite == "structflow" else [suite]
     # a client of its own, so the run's judge usage counts the episodes only
-    report = cached_audit(
-        make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
-        suites=suites,
-        modes=dict.fromkeys(suites, judge.mode),
-        progress=progress,
-        judge_options={"threshold": judge.threshold} if judge.mode == "probability" else None,
-    )
+    client = make_client(judge_cfg["llm"], "judge_audit", "judge.llm")
+    modes = dict.fromkeys(suites, judge.mode)
+    options = {"threshold": judge.threshold} if judge.mode == "probability" else None
+    if judge_cfg.get("trust"):
+        report = known_audit(audit_key(client, suites, modes, judge_options=options))
+        if report is None:
+            print("judge.trust=true: the judge runs unaudited (recorded in the summary)", file=sys.stderr)
+            return {
+                "kind": "llm",
+                "model": judge.client.model,
+                "mode": judge.mode,
+                "prompt_version": judge.prompt_version,
+                "suite": suite,
+                "trust": True,
+                "audit": None,
+                "audit_skipped": "judge.trust=true",
+            }
+    else:
+        report = cached_audit(client, suites=suites, modes=modes, progress=progress, judge_options=options)
     print(format_report(report), file=sys.stderr)
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
     numbers["groups"] = {g: dict(v) for g, v in report["suites"][suite]["groups"].items()}
@@ -64,6 +79,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
             "passed": report["passed"][suite],
             "failures": report["failures"][suite],
             "cached": report.get("cached", False),
+            "shipped": report.get("shipped", False),
             **numbers,
         },
     }
@@ -114,6 +130,8 @@ def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None,
 def audit_lines(judge: dict[str, Any]) -> list[str]:
     """The judge record as the lines printed under the results table (the real-suite agreement first)."""
     audit = judge.get("audit")
+    if judge.get("kind") == "llm" and judge.get("audit_skipped"):
+        return [f"judge: {judge.get('model')}, mode {judge.get('mode')}; not audited ({judge['audit_skipped']})"]
     if judge.get("kind") != "llm" or not audit:
         return []
 

@@ -88,7 +88,8 @@ OPERATIONAL_KEYS = (
 KEYS_ADDED_LATER = {
     "env.pipeline": "ifgym",  # FlexBench's paper preset (issue 20)
     "env.metrics": "ifgym",
-    "env.min_mean_constraints": None,  # EvolIF's trivial-dialogue filter (issue 20)
+    "env.min_mean_constraints": None,
+    "env.lengths": None,  # NTM: only the dialogues of these lengths  # EvolIF's trivial-dialogue filter (issue 20)
     "policy.context_agent.embedder_model": None,  # Context-Agent's paper preset (issue 19)
     "policy.context_agent.top_k": 1,
     "policy.context_agent.topic_decision": "summaries",

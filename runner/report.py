@@ -191,6 +191,7 @@ def results_table(summary: dict[str, Any]) -> str:
     widths = [max([len(title)] + [len(r[i]) for r in rows]) for title, i in columns]
     lines = protocol_lines(summary.get("protocol", {}))
     lines += policy_protocol_lines(summary.get("policy_protocol"), summary.get("protocol"))
+    lines += decoding_lines(summary)
     lines += [f"run: {run_title(summary)}"] if summary.get("run") else []
     agreement = real_agreement(summary.get("judge") or {})
     lines += [f"judge: {agreement}"] if agreement else []
@@ -242,6 +243,34 @@ def max_tokens_warnings(usage: dict[str, dict[str, int]]) -> list[str]:
 
 def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _decoding_text(decoding: dict[str, Any]) -> str:
+    """Decoding settings in words: 'temperature 0, top_p server default, max_tokens 1024'."""
+    temperature = decoding.get("temperature")
+    parts = [f"temperature {temperature:g}" if isinstance(temperature, int | float) else "temperature server default"]
+    parts.append(f"top_p {decoding['top_p']:g}" if decoding.get("top_p") is not None else "top_p server default")
+    if decoding.get("max_tokens") is not None:
+        parts.append(f"max_tokens {decoding['max_tokens']}")
+    parts += [f"{k} {v}" for k, v in (decoding.get("extra") or {}).items()]
+    return ", ".join(parts)
+
+
+def decoding_lines(summary: dict[str, Any]) -> list[str]:
+    """How the model under test decoded, and, where the env's paper states how its models decoded, any difference."""
+    decoding = summary.get("decoding")
+    if not decoding:
+        return []
+    lines = [f"decoding (model under test): {_decoding_text(decoding)}"]
+    paper = (summary.get("protocol") or {}).get("paper_decoding") or {}
+    if paper:
+        differs = [k for k in ("temperature", "top_p", "max_tokens") if k in paper and decoding.get(k) != paper[k]]
+        if differs:
+            keys = " ".join(f"policy.llm.{k}={paper[k]}" for k in differs)
+            lines.append(f"  - not the paper's decoding: {paper['stated']} ({keys})")
+        elif not any(k in paper for k in ("temperature", "top_p", "max_tokens")):
+            lines.append(f"  - {paper['stated']}")
+    return lines
 
 
 def definition_lines(summary: dict[str, Any]) -> list[str]:

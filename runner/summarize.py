@@ -47,6 +47,21 @@ def run_intervals(tally: Any, summary: dict[str, Any], env: Any, settings: Any) 
     return {"ci": ci, "ci_settings": settings.to_json()}
 
 
+def policy_decoding(policy: dict[str, Any]) -> dict[str, Any] | None:
+    """The model under test's decoding settings from the resolved `policy` config (None: scripted replies)."""
+    kind = policy.get("base") if policy.get("kind") not in ("chat", "scripted", "transformers") else policy.get("kind")
+    if kind == "scripted":
+        return None
+    if kind == "transformers":
+        t = policy.get("transformers") or {}
+        return {"temperature": t.get("temperature"), "top_p": t.get("top_p"), "max_tokens": t.get("max_new_tokens")}
+    llm = policy.get("llm") or {}
+    out = {k: llm.get(k) for k in ("temperature", "top_p", "max_tokens")}
+    if llm.get("extra"):
+        out["extra"] = dict(llm["extra"])
+    return out
+
+
 def report_run(
     env: Any,
     resolved: dict[str, Any],
@@ -129,6 +144,9 @@ def report_run(
     own = policy if policy["kind"] == "custom" else policy.get("base")
     if isinstance(own, dict) and own.get("_target_"):  # a policy of your own: its class names it
         summary["run"]["policy_model"] = own["_target_"]
+    decoding = policy_decoding(policy)
+    if decoding:
+        summary["decoding"] = decoding
     if ci_settings is not None and finished:
         summary.update(run_intervals(tally, summary, env, ci_settings))
     charts = chart_data(tally, summary)

@@ -144,7 +144,7 @@ def run_summary(summary: Mapping[str, Any]) -> dict[str, Any]:
     failures = summary.get("failures") or {}  # failed episodes: how many, by error type and by HTTP status
     out.update(_flat("failures", {k: failures[k] for k in ("episodes", "by_type", "by_status") if k in failures}))
     judge = summary.get("judge") or {}  # which judge scored the run, in which mode, and its audit's numbers
-    for key in ("kind", "model", "mode", "trust", "trusted_below_floor"):
+    for key in ("kind", "model", "mode", "trust", "trusted_below_floor", "audit_skipped"):
         if key in judge:
             out[f"judge/{key}"] = judge[key]
     for key, value in (judge.get("audit") or {}).items():

@@ -45,6 +45,11 @@ _PROSE = re.compile(
 )
 _LIST_SPLIT = re.compile(r"\s*[,;]\s*(?:and\s+)?|\s+and\s+", re.I)
 _EDGES = " \t\n,;.?!:"
+# Negations that govern a disjunction: "without A or B" is "without A" and "without B"
+_SCOPE = r"without|not|no|never|neither|avoid(?:ing)?|except(?:\s+for)?|excluding|instead\s+of|rather\s+than"
+_LEADING_SCOPE = re.compile(rf"(?:{_SCOPE})\b", re.I)
+_TRAILING_SCOPE = re.compile(rf"(?<![\w-])(?:{_SCOPE.replace('|no|', '|')})$", re.I)  # "yes or no" ends an item
+_JOINED = re.compile(r"(?:,\s*)?\b(?:or|nor)\s*$", re.I)  # items joined in one disjunction under one scope word
 
 
 def length_bucket(turns: int) -> str:
@@ -55,14 +60,51 @@ def length_bucket(turns: int) -> str:
 def _clean(text: str) -> str:
     """A checkpoint's words without the separators around them (", and", a final "?")."""
     text = text.strip(_EDGES)
-    text = re.sub(r"(?:,|;)?\s+and$", "", text, flags=re.I)  # "..., and (4)" leaves "... and" behind
+    text = re.sub(r"(?:,|;)?\s+(?:and|or|nor)$", "", text, flags=re.I)  # "..., and (4)" leaves "... and" behind
     return text.strip(_EDGES)
 
 
-def parse_checkpoints(question: str) -> tuple[tuple[str, ...], str, bool]:
+def _first_release_clean(text: str) -> str:
+    """`_clean` as first released (ifgym/NTM-v0): only a trailing "and" was taken off."""
+    text = re.sub(r"(?:,|;)?\s+and$", "", text.strip(_EDGES), flags=re.I)
+    return text.strip(_EDGES)
+
+
+def _scoped(parts: Sequence[str]) -> tuple[str, ...]:
+    """The numbered items, each with the negation that governs it.
+
+    A negation left dangling before a marker ("..., without (3)filing") moves into the item it
+    governs; a negation that opens an item joined to the next by "or"/"nor" ("(3)without filing a
+    complaint or (4)requesting an upgrade") governs the next item too, unless that one has its own.
+    """
+    items: list[str] = []
+    carried = ""
+    for k, part in enumerate(parts):
+        text = part.strip(_EDGES)
+        dangling = _TRAILING_SCOPE.search(text) if k < len(parts) - 1 else None
+        if dangling:
+            text = text[: dangling.start()].strip(_EDGES)
+        item = _clean(text)
+        own = _LEADING_SCOPE.match(item)
+        if carried and not own and item:
+            item = f"{carried} {item}"
+        scope = ("not" if own.group(0).lower() == "neither" else own.group(0)) if own else carried  # neither A nor B
+        items.append(item)
+        if dangling:
+            carried = dangling.group(0)
+        elif _JOINED.search(text) and scope:
+            carried = scope
+        else:
+            carried = ""
+    return tuple(items)
+
+
+def parse_checkpoints(question: str, scope: bool = True) -> tuple[tuple[str, ...], str, bool]:
     """(checkpoints, stem, numbered) of a checkpoint question; a ValueError says what is wrong with it.
 
-    Numbered: the text between `(k)` and `(k+1)`; the markers must count 1, 2, … in order. Prose:
+    Numbered: the text between `(k)` and `(k+1)`; the markers must count 1, 2, … in order; with
+    `scope` each item keeps the negation that governs it and no item ends in "or" (`_scoped`;
+    False: the first release's reading, ifgym/NTM-v0). Prose:
     "the following N points: a, b, c" gives the N items. Neither: the whole question is one checkpoint.
     """
     question = question.strip()
@@ -73,7 +115,8 @@ def parse_checkpoints(question: str) -> tuple[tuple[str, ...], str, bool]:
             raise ValueError(f"checkpoints must be numbered (1), (2), … in order; found {numbers_seen}")
         stem = question[: markers[0].start()].strip(_EDGES)
         ends = [m.start() for m in markers[1:]] + [len(question)]
-        items = tuple(_clean(question[m.end() : end]) for m, end in zip(markers, ends, strict=True))
+        parts = [question[m.end() : end] for m, end in zip(markers, ends, strict=True)]
+        items = _scoped(parts) if scope else tuple(_first_release_clean(part) for part in parts)
         empty = [k for k, item in enumerate(items, 1) if not item]
         if empty:
             raise ValueError(f"checkpoint ({empty[0]}) has no words")
@@ -127,7 +170,7 @@ def _field(record: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _parse_line(record: Any, where: str, lineno: int, source: str) -> NTMDialogue:
+def _parse_line(record: Any, where: str, lineno: int, source: str, scope: bool = True) -> NTMDialogue:
     if not isinstance(record, dict):
         raise DataFormatError(f"{where}: a dialogue must be a JSON object, got {type(record).__name__}")
     conv_id = _field(record, "conversation_id", str, where).strip()
@@ -158,7 +201,7 @@ def _parse_line(record: Any, where: str, lineno: int, source: str) -> NTMDialogu
     if not question:
         raise DataFormatError(f"{where}: 'checkpoint_question' is empty")
     try:
-        items, stem, numbered = parse_checkpoints(question)
+        items, stem, numbered = parse_checkpoints(question, scope)
     except ValueError as exc:
         raise DataFormatError(f"{where}: checkpoint_question: {exc}") from None
     return NTMDialogue(
@@ -172,8 +215,11 @@ def _parse_line(record: Any, where: str, lineno: int, source: str) -> NTMDialogu
     )
 
 
-def load_ntm(path: str | Path) -> tuple[NTMDialogue, ...]:
-    """Every dialogue of an NTM file (JSON Lines; blank lines skipped), validated up front."""
+def load_ntm(path: str | Path, scope: bool = True) -> tuple[NTMDialogue, ...]:
+    """Every dialogue of an NTM file (JSON Lines; blank lines skipped), validated up front.
+
+    `scope`: checkpoints keep the negations that govern them (`parse_checkpoints`).
+    """
     path = not_a_folder(path, "NTM file")
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -193,7 +239,7 @@ def load_ntm(path: str | Path) -> tuple[NTMDialogue, ...]:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataFormatError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
-        dialogue = _parse_line(record, where, lineno, str(path))
+        dialogue = _parse_line(record, where, lineno, str(path), scope)
         if dialogue.id in seen:
             raise DataFormatError(f"{where}: conversation_id {dialogue.id!r} already used on line {seen[dialogue.id]}")
         seen[dialogue.id] = lineno

@@ -255,12 +255,22 @@ KEYS_BEFORE_THE_PAPER_PRESETS = {
     ("ntm", "graphif"): "39993355b4ab",
     ("structflow", "truncation"): "80d55300a3f4",
 }
+# what changed on purpose since, and made other runs: env=ntm plays ifgym/NTM-v1 (checkpoints keep their
+# negations), and truncation answers with 1024 tokens as the methods it is compared with (it had 200)
+CHANGED_SINCE = {
+    ("ntm", "graphif"): ["env.id=ifgym/NTM-v0"],
+    ("structflow", "truncation"): ["policy.llm.max_tokens=200"],
+}
 
 
 @pytest.mark.parametrize(("env", "policy"), sorted(KEYS_BEFORE_THE_PAPER_PRESETS))
 def test_runs_from_before_the_paper_presets_keep_their_run_key(env, policy):
     cfg = OmegaConf.to_container(compose([f"env={env}", f"policy={policy}"]), resolve=True)
-    assert run_key(cfg) == KEYS_BEFORE_THE_PAPER_PRESETS[env, policy]
+    earlier = OmegaConf.to_container(
+        compose([f"env={env}", f"policy={policy}", *CHANGED_SINCE.get((env, policy), [])]), resolve=True
+    )
+    assert run_key(earlier) == KEYS_BEFORE_THE_PAPER_PRESETS[env, policy]
+    assert (run_key(cfg) == run_key(earlier)) == ((env, policy) not in CHANGED_SINCE)
 
 
 def test_a_summary_model_of_its_own_changes_context_agents_run_key():

@@ -19,6 +19,11 @@ turn (the script's `failures - 1`, as its dialogues end on a failure), averaged 
   of that dialogue is 1.0: nothing was left unrecovered. A run in which no dialogue has such a
   failure has no REC (NaN, printed n/a, null in `summary.json`): it was never measured, and a
   model that never passes a one-turn dialogue must not read as recovering perfectly.
+- `env=evolif_paper` (the env's `metrics="paper"`, `summarize_paper`) follows score.py there
+  instead: such a dialogue's REC is 0, as the script counts a dialogue without a failure
+  (0 / -1 = -0.0); the P P F case, which makes the script's mean NaN, counts 0 as well. Its
+  published REC numbers are computed so, so this is the convention a comparison with them needs.
+- STA, the paper's holistic metric, is the headline (`HEADLINE_METRIC`).
 
 REC's edge cases, checked by running the released score.py on hand-made evaluation files. The
 script divides recoveries by `turns - passing turns - 1`, i.e. by the failures that have a next
@@ -29,8 +34,8 @@ dialogue ends otherwise (the script or `max_turns` ran out), its arithmetic goes
 |--------------------------------|----------------------------|-----------------------|
 | F F F (patience out)           | 0 / 2 = 0                  | 0 / 2 = 0             |
 | P F P F F F (patience out)     | 1 / 3                      | 1 / 3                 |
-| P P P (no failure)             | 0 / -1 = -0.0, counts as 0 | 1.0 (nothing to recover) |
-| P P F (last turn fails)        | 0 / 0 = NaN: the mean over all dialogues becomes NaN | 1.0 |
+| P P P (no failure)             | 0 / -1 = -0.0, counts as 0 | 1.0 (nothing to recover); evolif_paper: 0 |
+| P P F (last turn fails)        | 0 / 0 = NaN: the mean over all dialogues becomes NaN | 1.0; evolif_paper: 0 |
 | P F P (recovered, then ends)   | 1 / 0 = inf: the mean becomes inf | 1 / 1 = 1.0  |
 | P F P F P (ends on a pass)     | 2 / 1 = 2.0 (a rate above 1) | 2 / 2 = 1.0         |
 
@@ -78,7 +83,9 @@ __all__ = [
     "robustness",
     "stability",
     "summarize",
+    "summarize_paper",
     "summarize_rows",
+    "summarize_rows_paper",
     "survival_curve",
     "survival_of_lengths",
     "unknown_count",
@@ -142,6 +149,11 @@ class EpisodeMetrics:
     def rec(self) -> float:
         """Share of failed turns with a next turn whose next turn passed; 1.0 when there is none."""
         return self.recoveries / self.recoverable if self.recoverable else 1.0
+
+    @property
+    def rec_script(self) -> float:
+        """`rec` with score.py's count for a dialogue without a failure that has a next turn: 0 (evolif_paper)."""
+        return self.recoveries / self.recoverable if self.recoverable else 0.0
 
 
 def episode_metrics(episode: Episode, loose: bool = False) -> EpisodeMetrics:
@@ -260,7 +272,9 @@ def _endurance(tallies: list[EpisodeMetrics]) -> dict[str, float]:
     }
 
 
-def _recovery(tallies: list[EpisodeMetrics]) -> float:
+def _recovery(tallies: list[EpisodeMetrics], paper: bool = False) -> float:
+    if paper:  # score.py's convention: a dialogue with nothing to recover counts 0, and every dialogue counts
+        return sum(t.rec_script for t in tallies) / len(tallies)
     if not any(t.recoverable for t in tallies):
         return math.nan  # no failure had a next turn in any dialogue: nothing was there to recover (0/0)
     return sum(t.rec for t in tallies) / len(tallies)
@@ -371,7 +385,7 @@ def survival_curve(episodes: Sequence[Episode]) -> list[float]:
 HEADLINE: tuple[str, ...] = ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA")
 # earlier names of a metric, kept in `summarize` with the same value (for readers of earlier runs), not printed
 ALIASES: dict[str, str] = {"ROB": "STA"}
-HEADLINE_METRIC = "REC"  # the one a run is read by first (marked in the results table, first in sweeps)
+HEADLINE_METRIC = "STA"  # EvolIF's holistic metric: the one a run is read by first (marked, first in sweeps)
 
 # One line per metric, printed under the results table (`DEFINITIONS["loose"]` says what the loose column is).
 DEFINITIONS: dict[str, str] = {
@@ -387,6 +401,13 @@ DEFINITIONS: dict[str, str] = {
     "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped "
     "(IFEval's loose reading)",
 }
+# env=evolif_paper: REC with the 0/0 convention of EvolIF's released score.py
+PAPER_DEFINITIONS: dict[str, str] = {
+    **DEFINITIONS,
+    "REC": "recovery: per dialogue, failed turns whose next turn passed / failed turns with a next turn; a dialogue "
+    "with no failed turn that has a next turn counts 0, as EvolIF's score.py counts one without failures "
+    "(0 / -1); averaged over every dialogue",
+}
 
 
 def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
@@ -398,8 +419,29 @@ def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, flo
     return summarize_rows(rows_of(episodes, episode_row, loose))
 
 
-def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, float]:
-    """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here."""
+def summarize_paper(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
+    """`summarize` as `env=evolif_paper` reports it: REC with score.py's convention (see the module docstring)."""
+    return summarize_rows_paper(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows_paper(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, float]:
+    """`summarize_paper` from the episodes' rows."""
+    return summarize_rows(rows, loose, paper=True)
+
+
+def summary_ratios_paper(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`summary_ratios` with REC as `summarize_rows_paper` computes it."""
+    out = summary_ratios(rows, loose)
+    tallies = [r.tallies for r in rows]
+    out["REC"] = (np.fromiter((t.rec_script for t in tallies), dtype=float, count=len(tallies)), np.ones(len(tallies)))
+    return out
+
+
+def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False, *, paper: bool = False) -> dict[str, float]:
+    """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here.
+
+    `paper=True`: REC with score.py's convention (`summarize_rows_paper`).
+    """
     if not rows:
         raise DataFormatError("metrics need at least one episode; got an empty list")
     tallies = [r.tallies for r in rows]
@@ -413,7 +455,7 @@ def summarize_rows(rows: Sequence[EvolIFRow], loose: bool = False) -> dict[str, 
         "EDR_lss": edr["lss"],
         "CSR": _csr(tallies),
         "ISR": _isr(tallies),
-        "REC": _recovery(tallies),
+        "REC": _recovery(tallies, paper),
         "STA": _robustness(tallies),
         "failed_turns": float(sum(t.failed for t in tallies)),
         "undetermined_turns": float(sum(t.undetermined for t in tallies)),

@@ -9,10 +9,13 @@ github.com/MLGroupJLU/StructFlowBench, which fixes the details): a Yes counts 1,
   refinement, recall, expansion, summary) weighing 2 and intra-turn items 1; averaged over turns.
   This is the released script's computation and the headline `WCSR` (the benchmark's published
   numbers come from it).
-- WCSR_pooled: the paper's formula, sum(weight * satisfied) / sum(weight) over every item of
-  every turn at once. It differs from `WCSR` when turns carry different total weights: a turn with
-  two structural items weighs more here, while `WCSR` gives every turn the same say. Reported
-  beside `WCSR` by `summarize` and `score_file`, never in its place.
+- WCSR_pooled: the paper's formula (StructFlowBench §3.5; GraphIF eq. 10), sum(weight *
+  satisfied) / sum(weight) over every item of every turn at once. It differs from `WCSR` when turns
+  carry different total weights: a turn with two structural items weighs more here, while `WCSR`
+  gives every turn the same say. Reported beside `WCSR` by `summarize` and `score_file`.
+- The paper presets (`env=structflow_paper`, the env's `metrics="paper"`) report the paper's
+  formula as `WCSR` (overall and in every breakdown), and the script's per-turn mean as
+  `WCSR_per_turn` (`summarize_paper`); `WCSR_pooled` is the equation in every preset.
 - DRFR: satisfied items / all items, pooled over every item of every turn.
 - per item type: satisfied / items of that type, pooled; per task (the part of `conv_task` before
   ':'): CSR, ISR, DRFR and WCSR over that task's turns. ifgym adds the same four per user type
@@ -66,7 +69,9 @@ __all__ = [
     "rows_from_episodes",
     "score_file",
     "summarize",
+    "summarize_paper",
     "summarize_rows",
+    "summarize_rows_paper",
 ]
 
 FIRST_TURN = "first_turn"  # the relation key of opening turns
@@ -111,7 +116,15 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def _aggregate(rows: Sequence[TurnRow]) -> dict[str, float]:
+def _pooled_wcsr(rows: Sequence[TurnRow]) -> float:
+    """Met weight / weight over every known item of `rows` at once (the papers' equation)."""
+    known = [(label, w) for r in rows for label, w in zip(r.labels, r.weights, strict=True) if label != "unknown"]
+    weight = sum(w for _, w in known)
+    return sum(w for label, w in known if label == "yes") / weight if weight else math.nan
+
+
+def _aggregate(rows: Sequence[TurnRow], pooled: bool = False) -> dict[str, float]:
+    """CSR, ISR, WCSR, DRFR of `rows`; `pooled`: WCSR is the papers' equation, not the script's per-turn mean."""
     csr, isr, wcsr = [], [], []
     yes = known = 0
     for row in rows:
@@ -123,7 +136,8 @@ def _aggregate(rows: Sequence[TurnRow]) -> dict[str, float]:
             isr.append(i)
         yes += sum(label == "yes" for label in row.labels)
         known += sum(label != "unknown" for label in row.labels)
-    return {"CSR": _mean(csr), "ISR": _mean(isr), "WCSR": _mean(wcsr), "DRFR": yes / known if known else math.nan}
+    drfr = yes / known if known else math.nan
+    return {"CSR": _mean(csr), "ISR": _mean(isr), "WCSR": _pooled_wcsr(rows) if pooled else _mean(wcsr), "DRFR": drfr}
 
 
 def _only_type(rows: Sequence[TurnRow], kind: str) -> list[TurnRow]:
@@ -142,20 +156,21 @@ def _ordered(keys: Sequence[str], order: Sequence[str]) -> list[str]:
     return sorted(keys, key=lambda k: (rank.get(k, len(rank)), k))
 
 
-def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
+def compute_metrics(rows: Sequence[TurnRow], pooled: bool = False) -> dict[str, Any]:
     """CSR, ISR, WCSR, DRFR (and WCSR_pooled) overall; pass rate per item type; the four per task, user type, relation.
 
     Returns {"CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled", "types": {type: rate}, "type_metrics": {type:
     the four over that type's items only}, "tasks": {task: {...}}, "user_types": {...}, "relations": {...},
     "dialogues": {dialogue id: {...}}, "turns", "items", "unknown", "undetermined_turns"}. Within one type
-    WCSR equals CSR (one weight) and DRFR equals the type's rate.
+    WCSR equals CSR (one weight) and DRFR equals the type's rate. `pooled=True` (the paper presets):
+    every WCSR is the papers' equation, and "WCSR_per_turn" the script's per-turn mean.
     """
     if isinstance(rows, TurnRow) or len(rows) == 0:
         raise DataFormatError("StructFlow metrics need at least one scored turn; got none")
-    out: dict[str, Any] = _aggregate(rows)
-    known_items = [(label, w) for r in rows for label, w in zip(r.labels, r.weights, strict=True) if label != "unknown"]
-    weight = sum(w for _, w in known_items)
-    out["WCSR_pooled"] = sum(w for label, w in known_items if label == "yes") / weight if weight else math.nan
+    out: dict[str, Any] = _aggregate(rows, pooled)
+    out["WCSR_pooled"] = _pooled_wcsr(rows)
+    if pooled:
+        out["WCSR_per_turn"] = _aggregate(rows)["WCSR"]
     yes: dict[str, int] = {}
     known: dict[str, int] = {}
     for row in rows:
@@ -164,7 +179,7 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
                 known[kind] = known.get(kind, 0) + 1
                 yes[kind] = yes.get(kind, 0) + (label == "yes")
     out["types"] = {k: yes[k] / known[k] for k in _ordered(list(known), ITEM_TYPES)}
-    out["type_metrics"] = {k: _aggregate(_only_type(rows, k)) for k in out["types"]}
+    out["type_metrics"] = {k: _aggregate(_only_type(rows, k), pooled) for k in out["types"]}
     for key, attr, order in (
         ("tasks", "task", [*TASK_NAMES, "mix"]),
         ("user_types", "user_type", ("professional", "non-professional")),
@@ -173,11 +188,11 @@ def compute_metrics(rows: Sequence[TurnRow]) -> dict[str, Any]:
         groups: dict[str, list[TurnRow]] = {}
         for row in rows:
             groups.setdefault(getattr(row, attr), []).append(row)
-        out[key] = {g: _aggregate(groups[g]) for g in _ordered(list(groups), order)}
+        out[key] = {g: _aggregate(groups[g], pooled) for g in _ordered(list(groups), order)}
     dialogues: dict[str, list[TurnRow]] = {}
     for row in rows:
         dialogues.setdefault(row.dialogue, []).append(row)
-    out["dialogues"] = {d: _aggregate(dialogue_rows) for d, dialogue_rows in dialogues.items()}
+    out["dialogues"] = {d: _aggregate(dialogue_rows, pooled) for d, dialogue_rows in dialogues.items()}
     out["turns"] = len(rows)
     out["items"] = sum(len(r.labels) for r in rows)
     out["unknown"] = sum(label == "unknown" for r in rows for label in r.labels)
@@ -235,12 +250,21 @@ def summarize(episodes: Iterable[Episode], loose: bool = False) -> dict[str, flo
     return summarize_rows(rows_of(episodes, episode_row, loose))
 
 
-def summarize_rows(rows: Sequence[tuple[TurnRow, ...]], loose: bool = False) -> dict[str, float]:
+def summarize_paper(episodes: Iterable[Episode], loose: bool = False) -> dict[str, float]:
+    """`summarize` as the paper presets report it: WCSR is the papers' pooled equation, WCSR_per_turn the script's."""
+    return summarize_rows_paper(rows_of(episodes, episode_row, loose))
+
+
+def summarize_rows(
+    rows: Sequence[tuple[TurnRow, ...]], loose: bool = False, *, pooled: bool = False
+) -> dict[str, float]:
     """`summarize` from the episodes' rows (`episode_row`); `loose` is the rows' business and is ignored here."""
     if not rows:
         raise DataFormatError("metrics need at least one episode; got an empty list")
-    m = compute_metrics([turn for row in rows for turn in row])
+    m = compute_metrics([turn for row in rows for turn in row], pooled)
     out: dict[str, float] = {k: m[k] for k in ("CSR", "ISR", "WCSR", "DRFR", "WCSR_pooled")}
+    if pooled:
+        out["WCSR_per_turn"] = m["WCSR_per_turn"]
     out["episodes"] = float(len(rows))
     for key in ("turns", "items", "unknown", "undetermined_turns"):
         out[key] = float(m[key])
@@ -250,6 +274,20 @@ def summarize_rows(rows: Sequence[tuple[TurnRow, ...]], loose: bool = False) -> 
     for prefix, key in (("task", "tasks"), ("user_type", "user_types"), ("relation", "relations")):
         for group, values in m[key].items():
             out.update({f"{prefix}/{group}/{name}": value for name, value in values.items()})
+    return out
+
+
+def summarize_rows_paper(rows: Sequence[tuple[TurnRow, ...]], loose: bool = False) -> dict[str, float]:
+    """`summarize_paper` from the episodes' rows."""
+    return summarize_rows(rows, loose, pooled=True)
+
+
+def summary_ratios_paper(
+    rows: Sequence[tuple[TurnRow, ...]], loose: bool = False
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """`summary_ratios` named as `summarize_rows_paper` names them: WCSR pooled, WCSR_per_turn the script's."""
+    out = summary_ratios(rows, loose)
+    out["WCSR_per_turn"], out["WCSR"] = out["WCSR"], out["WCSR_pooled"]
     return out
 
 
@@ -316,6 +354,7 @@ SCRIPT_TASKS: tuple[str, ...] = (*TASK_NAMES, "mix")  # the benchmark script's t
 METRICS = ("CSR", "ISR", "WCSR", "DRFR")
 HEADLINE = (*METRICS, "WCSR_pooled")  # the metrics a run is judged by (bootstrap intervals in `ifgym eval`)
 HEADLINE_METRIC = "WCSR"  # the one a run is read by first (the benchmark's published number)
+PAPER_HEADLINE = (*METRICS, "WCSR_per_turn")  # the paper presets': WCSR is the equation, beside the script's
 # One line per metric, printed under the results table.
 DEFINITIONS: dict[str, str] = {
     "CSR": "constraint satisfaction rate: per turn, checklist items met / items judged, averaged over turns",
@@ -324,6 +363,13 @@ DEFINITIONS: dict[str, str] = {
     "DRFR": "decomposed requirements following ratio: items met / items judged, pooled over all items",
     "WCSR_pooled": "the paper's WCSR: met weight / weight summed over all items at once",
     "loose": "the same reply checked again with Markdown fences or a first/last framing line stripped",
+}
+PAPER_DEFINITIONS: dict[str, str] = {
+    **DEFINITIONS,
+    "WCSR": "weighted CSR as StructFlowBench §3.5 and GraphIF eq. 10 define it: met weight / weight summed over all "
+    "items of all turns at once (structural items 2, others 1)",
+    "WCSR_per_turn": "the released scoring script's WCSR: per turn, met weight / weight, averaged over turns",
+    "WCSR_pooled": "the papers' WCSR (the same as WCSR here; named alike in every preset)",
 }
 
 

@@ -88,7 +88,8 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
 class TrackerConfig:
     """How the EvolIF tracker moves between topics and edits the instruction state.
 
-    Defaults follow EvolIF. `groups=None` means all twelve groups (the env passes RULE_GROUPS
+    The defaults are ifgym's: neither EvolIF's paper nor its release states the switch and edit
+    probabilities (the env's protocol says so). `groups=None` means all twelve groups (the env passes RULE_GROUPS
     when there is no LLM judge). Ranges are inclusive (low, high).
     """
 

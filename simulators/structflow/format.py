@@ -351,8 +351,9 @@ def parse_dataset(data: Any, source: str = "dataset") -> tuple[Dialogue, ...]:
 # ---------------------------------------------------------------------------------------------
 
 # GraphIF's checklist types. Structural ones relate a turn to earlier turns and weigh 2, as in
-# StructFlowBench's WCSR; the others are about the turn itself ("Global": a constraint from an
-# earlier turn that holds to the end, repeated on every later checklist) and weigh 1.
+# StructFlowBench's WCSR; "Global" (a constraint from an earlier turn that holds to the end, repeated
+# on every later checklist) is inter-turn too, as GraphIF counts global constraints, and weighs 2;
+# the instruction types are about the turn itself and weigh 1.
 GRAPHIF_STRUCTURAL_TYPES: tuple[str, ...] = (
     "follow-up",
     "expansion",
@@ -362,8 +363,9 @@ GRAPHIF_STRUCTURAL_TYPES: tuple[str, ...] = (
     "modify",
     "anchored",
 )
-GRAPHIF_INTRA_TYPES: tuple[str, ...] = ("Instruction", "instruction", "Global")
-GRAPHIF_TYPES: tuple[str, ...] = GRAPHIF_INTRA_TYPES + GRAPHIF_STRUCTURAL_TYPES
+GRAPHIF_INTRA_TYPES: tuple[str, ...] = ("Instruction", "instruction")
+GRAPHIF_GLOBAL = "Global"
+GRAPHIF_TYPES: tuple[str, ...] = (*GRAPHIF_INTRA_TYPES, GRAPHIF_GLOBAL, *GRAPHIF_STRUCTURAL_TYPES)
 
 
 def _graphif_strings(value: Any, where: str) -> list[str]:
@@ -392,16 +394,16 @@ def parse_graphif_record(record: Any, index: int, source: str = "dataset", task:
 
     Each turn keeps `user` as the prompt, `sys` as the golden answer, and every checklist question
     with its own type (`check_list` and `constraint_type`, each a JSON list or a string holding a
-    Python list literal, of equal length). Structural types (GRAPHIF_STRUCTURAL_TYPES) are
-    structural items of weight 2, the others intra-turn items of weight 1. The dialogue has no flow
+    Python list literal, of equal length). Structural types (GRAPHIF_STRUCTURAL_TYPES) and `Global`
+    are inter-turn items of weight 2 (GraphIF counts global constraints as inter-turn), the
+    instruction types intra-turn items of weight 1. The dialogue has no flow
     structure (GraphIF's files state none: `flow` is None); each turn's relation is labelled by
     its structural types.
     `task` names the set in the per-task breakdown (by default the file's name).
 
-    The weights follow StructFlowBench's convention (structural 2, the rest 1). GraphIF's own
-    released scorer (evaluate/evaluate.py) weighs only lower-case `instruction` 1 and every other
-    type 2, `Instruction` and `Global` included, so its WCSR on structflowbench_graphif equals
-    its CSR; compare WCSR with GraphIF's published numbers with that in mind.
+    The weights follow the papers (inter-turn 2, the rest 1). GraphIF's own released scorer
+    (evaluate/evaluate.py) weighs only lower-case `instruction` 1 and every other type 2,
+    upper-case `Instruction` included; compare WCSR with GraphIF's published numbers with that in mind.
     """
     where = f"{source}: line {index + 1}"
     if not isinstance(record, Mapping):
@@ -444,7 +446,7 @@ def parse_graphif_record(record: Any, index: int, source: str = "dataset", task:
                 )
             if not question.strip():
                 raise DataFormatError(f"{at} check_list[{j}]: an empty question")
-            structural = kind in GRAPHIF_STRUCTURAL_TYPES
+            structural = kind in GRAPHIF_STRUCTURAL_TYPES or kind == GRAPHIF_GLOBAL
             items.append(
                 ChecklistItem(
                     id=f"{did}/{turn_name(k)}/{j + 1}",

@@ -35,6 +35,7 @@ ENV_TASKS = {
     "ifgym/FlexBench-LLM-v0": "flexbench",
     "ifgym/StructFlow-v0": "structflow",
     "ifgym/StructFlow-LLM-v0": "structflow",
+    "ifgym/NTM-v1": "ntm",
     "ifgym/NTM-v0": "ntm",
     "ifgym/Composite-v0": "composite",
     "ifgym/Composite-LLM-v0": "composite",
@@ -76,7 +77,7 @@ OFFLINE = {
     "ifgym/FlexBench-v0": {},
     "ifgym/StructFlow-v0": {},
     "ifgym/Composite-v0": {},
-    "ifgym/NTM-v0": {"dataset": str(DATA / "ntm" / "made_up.jsonl"), "judge_llm": CannedClient(["Yes"], role="judge")},
+    "ifgym/NTM-v1": {"dataset": str(DATA / "ntm" / "made_up.jsonl"), "judge_llm": CannedClient(["Yes"], role="judge")},
 }
 
 

@@ -34,7 +34,7 @@ def canned_judge_and_user(messages):
 
 
 # ids that replay a file given by path (none ships): a made-up file in its format, and no user model
-REPLAYED = {"ifgym/NTM-v0": {"dataset": str(DATA / "ntm" / "made_up.jsonl")}}
+REPLAYED = {env_id: {"dataset": str(DATA / "ntm" / "made_up.jsonl")} for env_id in ("ifgym/NTM-v0", "ifgym/NTM-v1")}
 
 
 def make(env_id, **kwargs):

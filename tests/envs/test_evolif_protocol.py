@@ -97,6 +97,7 @@ INHERENT = [
     "judge judge-m: not EvolIF's judge model",
     "judge answers that cannot be read leave their items unknown",
     "the task system prompt is in ifgym's own words",
+    "the tracker's probabilities are ifgym's",
 ]
 
 
@@ -113,6 +114,7 @@ def test_protocol_at_evolifs_settings_lists_only_what_no_setting_removes():
         judge_mode="rating",
         system_prompt="task",
         min_mean_constraints=2,
+        metrics="paper",
     ).unwrapped
     p = env.protocol()
     assert len(p["deviations"]) == len(INHERENT), p["deviations"]
@@ -184,6 +186,7 @@ YAML_DIFFERS = {
         "renderer": "llm",
         "system_prompt": "task",
         "min_mean_constraints": 2,
+        "metrics": "paper",
     },
     "evolif_v0": {"restate": "all", "adaptive": True, "user_checks": "model", "max_turns": 20},
 }

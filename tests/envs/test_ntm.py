@@ -39,7 +39,7 @@ def alternating_judge(messages):
 
 def make(**kwargs):
     kwargs.setdefault("judge_llm", CannedClient(alternating_judge, role="judge"))
-    return gym.make("ifgym/NTM-v0", dataset=str(MADE_UP), **kwargs)
+    return gym.make("ifgym/NTM-v1", dataset=str(MADE_UP), **kwargs)
 
 
 # --- the reader -------------------------------------------------------------------------------
@@ -75,6 +75,35 @@ def test_reader_reads_every_quirk_of_the_made_up_file():
         ("Does it cover the following 2 points: speed; cost", ("speed", "cost"), "Does it cover", False),  # prose
         ("Is it \uff081\uff09red, \uff082\uff09big?", ("red", "big"), "Is it", True),  # full-width parentheses
         ("Is the plan final?", ("Is the plan final",), "", False),  # neither markers nor a list: one checkpoint
+        # a negation that opens an item joined to the next by "or" governs the next one too
+        (
+            "Is the final status to: (1)refunded, (2)without filing a complaint or (3)requesting a VIP service upgrade",
+            ("refunded", "without filing a complaint", "without requesting a VIP service upgrade"),
+            "Is the final status to",
+            True,
+        ),
+        # "or" before a marker is a separator: no checkpoint ends in "or"
+        ("Does it (1)keep the budget, or (2)drop the SSD", ("keep the budget", "drop the SSD"), "Does it", True),
+        # a negation left before a marker moves into the items it governs, through "or" and no further
+        (
+            "Is the plan (1)cheap, without (2)flights or (3)hotels, and (4)short?",
+            ("cheap", "without flights", "without hotels", "short"),
+            "Is the plan",
+            True,
+        ),
+        # an item with its own negation keeps it; "neither ... nor" gives "not" to the second
+        ("Is it (1)not loud or (2)never late", ("not loud", "never late"), "Is it", True),
+        (
+            "Does it have (1)neither meat nor (2)fish, (3)rice",
+            ("neither meat", "not fish", "rice"),
+            "Does it have",
+            True,
+        ),
+        # a negation joined by "," or "and" is a list item of its own, not a scope over the next
+        ("Does it include (1)no sugar, (2)salt and (3)pepper", ("no sugar", "salt", "pepper"), "Does it include", True),
+        ("Does it include (1)no sugar and (2)salt", ("no sugar", "salt"), "Does it include", True),
+        # "yes or no" at the end of an item is not a dangling negation
+        ("Does it (1)say yes or no, (2)cite a source", ("say yes or no", "cite a source"), "Does it", True),
     ],
 )
 def test_parse_checkpoints(question, items, stem, numbered):
@@ -120,9 +149,9 @@ def test_missing_file_bad_json_duplicate_ids_and_no_dataset_are_clear_errors(tmp
     ):
         load_ntm(tmp_path / "twice.jsonl")
     with pytest.raises(ConfigError, match="env.dataset=PATH"):
-        gym.make("ifgym/NTM-v0")
+        gym.make("ifgym/NTM-v1")
     with pytest.raises(DataFormatError, match="no such file"):
-        gym.make("ifgym/NTM-v0", dataset=str(tmp_path / "nope.jsonl"), judge="rules")
+        gym.make("ifgym/NTM-v1", dataset=str(tmp_path / "nope.jsonl"), judge="rules")
     with pytest.raises(UnknownNameError, match="Did you mean 'rules'"):
         make(judge="rule")
 
@@ -204,6 +233,72 @@ def _row(bucket, labels, tokens=None, turns=10):
     )
 
 
+def first_only_judge(messages):
+    """A judge answering Yes to the first checkpoint it is asked about and No to the rest."""
+    n = messages[-1]["content"].count("<item ")
+    return json.dumps({"results": [{"item": i + 1, "judgement": "Yes" if i == 0 else "No"} for i in range(n)]})
+
+
+def play_all(env, seeds):
+    return [rollout(env, ScriptedPolicy(["an answer"]), seed=s) for s in seeds]
+
+
+def test_tcr_per_length_bucket_and_the_off_bucket_dialogues_apart_on_a_made_up_file():
+    # the made-up file: 10 turns (4 checkpoints), 15 (10), 12 (6: off the paper's lengths), 10 (3); a judge that
+    # passes the first checkpoint only gives each dialogue TCR 1/n
+    judge = CannedClient(first_only_judge, role="judge")
+    env = make(judge_llm=judge)
+    s = summarize(play_all(env, range(4)))
+    assert s["TCR/10"] == pytest.approx((1 / 4 + 1 / 3) / 2) and s["TCR/15"] == pytest.approx(1 / 10)
+    assert s["TCR/other"] == pytest.approx(1 / 6) and s["dialogues/other"] == 1  # the 12-turn dialogue, apart
+    assert s["TCR/paper_lengths"] == pytest.approx((1 / 4 + 1 / 10 + 1 / 3) / 3)  # without it
+    assert s["TCR"] == pytest.approx((1 / 4 + 1 / 10 + 1 / 6 + 1 / 3) / 4)  # every dialogue
+    line = env.unwrapped.protocol()["deviations"][0]
+    assert line.startswith("corpus: 4 dialogues, 47 user turns; the paper reports 165 dialogues and 2,929 user turns")
+    assert "(405 dialogues, 6,931 user turns)" in line and "env.lengths=[10,15,20,25]" in line
+    # env.lengths keeps the paper's lengths: seeds 0-2 play the three dialogues of 10 and 15 turns
+    paper = make(judge_llm=judge, lengths=[10, 15, 20, 25])
+    assert paper.unwrapped.replayed == 3 and paper.unwrapped.protocol()["lengths"] == "10/15/20/25"
+    restricted = play_all(paper, range(3))
+    assert [e.meta["dialogue"]["id"] for e in restricted] == ["ntm-made-up-001", "ntm-made-up-002", "ntm-made-up-004"]
+    r = summarize(restricted)
+    assert "TCR/other" not in r and r["TCR"] == pytest.approx(s["TCR/paper_lengths"])
+    assert "this run plays the 3 of 10/15/20/25 turns (env.lengths)" in paper.unwrapped.protocol()["deviations"][0]
+
+
+@pytest.mark.parametrize(
+    "lengths, fragment",
+    [
+        ([30], r"no dialogue has \[30\] user turns \(env.lengths\); its lengths: \[10, 12, 15\]"),
+        ("10", "env.lengths must be a list of dialogue lengths"),
+        ([10, "x"], "env.lengths must be a list of dialogue lengths"),
+        ([], "env.lengths must be a list of dialogue lengths"),
+    ],
+)
+def test_lengths_that_keep_nothing_or_are_not_lengths_are_refused(lengths, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        make(lengths=lengths)
+
+
+def test_v1_keeps_the_negation_that_governs_a_checkpoint_and_v0_reads_as_first_released(tmp_path):
+    record = json.loads(MADE_UP.read_text(encoding="utf-8").splitlines()[0])
+    record["checkpoint_question"] = (
+        "Is the final status to: (1)refunded, (2)without filing a complaint or (3)requesting a VIP service upgrade?"
+    )
+    path = tmp_path / "negation.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    asked = {}
+    for env_id in ("ifgym/NTM-v1", "ifgym/NTM-v0"):
+        env = gym.make(env_id, dataset=str(path), judge_llm=CannedClient(first_only_judge, role="judge"))
+        episode = rollout(env, ScriptedPolicy(["an answer"]), seed=0)
+        asked[env_id] = [i.question for i in episode.turns[-1].spec.checklist]
+    assert asked["ifgym/NTM-v1"][1:] == [
+        "Is the final status to: without filing a complaint?",
+        "Is the final status to: without requesting a VIP service upgrade?",
+    ]
+    assert asked["ifgym/NTM-v0"][2] == "Is the final status to: requesting a VIP service upgrade?"
+
+
 def test_tcr_arithmetic_by_hand():
     rows = [
         _row("10", ["yes", "no", "yes", "yes"], 1000, 10),  # TCR 3/4
@@ -255,7 +350,7 @@ def test_episode_row_reads_the_final_turn_strict_or_loose():
     )
     first = TurnRecord(index=0, user="u", spec=spec, reply="r", verdicts=[], loose_verdicts=[], reward=0.0)
     meta = {"dialogue": {"id": "x", "bucket": "20"}, "policy_usage": {"turns": 2, "context_tokens": 50}}
-    episode = Episode(episode_id="e", env_id="ifgym/NTM-v0", seed=0, turns=[first, final], meta=meta)
+    episode = Episode(episode_id="e", env_id="ifgym/NTM-v1", seed=0, turns=[first, final], meta=meta)
     assert summarize([episode])["TCR/20"] == 1.0 and summarize([episode], loose=True)["TCR/20"] == 0.5
     assert summarize([episode])["ACT/20"] == 25.0
     # a plain policy's prompt tokens count, unless a call's usage went unreported (then ACT leaves it out)

@@ -219,7 +219,7 @@ def test_protocol_lines_name_every_remaining_difference():
         lines = protocol_lines(env.protocol())
     assert lines == [
         "protocol: ifgym/StructFlow-v0 (dataset=structflowbench, context=golden, judge=llm, judge_mode=paper, "
-        "judge_rule_items=True, dialogues=155)",
+        "judge_rule_items=True, metrics=paper, dialogues=155)",
         "not StructFlowBench's protocol:",
         "  - judge canned-model, not GPT-4o (the paper's judge)",
         "  - the judge prompt is ifgym's own wording of the paper's evaluator prompt (same material, strictness and "
@@ -263,9 +263,11 @@ def test_a_gpt4o_judge_is_named_as_the_papers_model_with_its_snapshot_unstated()
 
 def test_the_generating_env_says_it_is_not_the_benchmark():
     deviations = gym.make("ifgym/StructFlow-v0").unwrapped.protocol()["deviations"]
-    assert deviations[:3] == [
+    assert deviations[:4] == [
         "generated dialogues, not StructFlowBench's 155 (env.dataset=structflowbench replays them)",
         "context=own: the policy's own earlier replies as history, not the reference answers",
+        "metrics=ifgym: WCSR is the released script's per-turn mean; the papers' equation (pooled over items) is "
+        "WCSR_pooled (env.metrics=paper makes it WCSR)",
         "judge=rules: only rule-checkable items are scored, the rest are unknown (the paper's judge is GPT-4o)",
     ]
 
@@ -306,7 +308,10 @@ def test_preset_from_the_command_line_prints_its_protocol_lines(tmp_path, capsys
     assert protocol["judge_mode"] == "paper" and protocol["judge_rule_items"] is True
     for line in protocol_lines(protocol):
         assert line in table
-    assert summary["strict"]["WCSR"] == pytest.approx(BY_HAND["WCSR"])  # seeds 0 and 1: the dialogues above
+    # seeds 0 and 1, the dialogues above: the preset's WCSR is the paper's equation, the script's beside it
+    assert summary["strict"]["WCSR"] == pytest.approx(BY_HAND["WCSR_pooled"])
+    assert summary["strict"]["WCSR_per_turn"] == pytest.approx(BY_HAND["WCSR"])
+    assert summary["headline_metric"] == "WCSR" and "StructFlowBench §3.5" in summary["definitions"]["WCSR"]
 
 
 def test_a_bad_judge_mode_is_named():

@@ -157,6 +157,14 @@ CASES: tuple[Case, ...] = (
     # NTM: made-up dialogues in its format (none ships), the checklist judge on the final reply; a chat model
     # served over HTTP as the policy, so ACT has its usage records
     Case(
+        "ntm_v1",
+        "ifgym/NTM-v1",
+        (0, 2),
+        {"dataset": str(DATA / "ntm" / "made_up.jsonl")},
+        ("judge_llm",),
+        policy="full",
+    ),
+    Case(
         "ntm_v0",
         "ifgym/NTM-v0",
         (0, 2),

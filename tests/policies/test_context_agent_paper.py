@@ -256,7 +256,9 @@ def test_without_retrieval_nothing_is_embedded_and_the_heuristic_decides():
     assert embedder.calls == 0 and policy.stats["branch_calls"] == 0
     assert [n.parent for n in policy.forest.nodes] == [None, 1, 2, 3, 4, 5]  # each turn continues the thread
     assert {d.get("filter") for d in policy.forest.decisions[1:]} == {"retrieval off"}
-    assert any("ablation without the retriever" in d for d in policy.protocol()["deviations"])
+    (said,) = [d for d in policy.protocol()["deviations"] if "ablation without the retriever" in d]
+    assert "always continues (ifgym's choice)" in said and "keeps a heuristic branch decision" in said
+    assert not any("IsAncestor" in d for d in policy.protocol()["deviations"])  # no retrieval: no branch filter
 
 
 # --- the embedder by name, and a served one ------------------------------------------------------------
@@ -373,6 +375,9 @@ def test_eval_ntm_with_the_paper_preset_writes_tcr_act_and_the_policy_protocol(t
     )
     assert protocol["deviations"] == [
         "prompts in ifgym's own words, not the paper's",
+        "the branch filter treats a retrieved node that is the active turn's parent like the latest turn (no branch "
+        "decision), as the paper's released code does; the paper's IsAncestor counts the parent as an earlier point "
+        "of the thread",
         "decision model canned-model, summary model canned-model; the paper's code decides with gemma3 12B and "
         "summarizes with gemma3 4B",
     ]

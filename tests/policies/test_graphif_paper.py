@@ -53,12 +53,20 @@ TRUTH = {
 }
 
 
+def ablated(system):
+    """A rewrite system message as the w/o-graph-prompt ablation words it: no relation graph, the turns shown."""
+    graph = "the relation graph, which says how earlier turns of the conversation bind this answer"
+    assert graph in system
+    return system.replace(graph, "the earlier turns of the conversation shown with it")
+
+
 def paper_base(body):
     """The model under test: a draft, or for a final-response rewrite a check and the revised answer."""
     messages = body["messages"]
-    if messages[0]["content"] == FINAL_RESPONSE_SYSTEM:
+    system = messages[0]["content"]
+    if system in (FINAL_RESPONSE_SYSTEM, ablated(FINAL_RESPONSE_SYSTEM)):
         return "1. The rivers of turn 1: kept.\nFinal response:\nrevised answer"
-    if messages[0]["content"] == REWRITE_SYSTEM:
+    if system in (REWRITE_SYSTEM, ablated(REWRITE_SYSTEM)):
         return json.dumps({"reply": "revised answer"})
     return f"draft answer to: {messages[-1]['content']}"
 
@@ -162,24 +170,36 @@ def test_the_final_response_rewrite_is_the_reply_and_a_missing_section_falls_bac
 # -- Table 3's ablations and what the results table says -----------------------------------------------
 
 
-def rewrite_prompts(base):
-    return [r["messages"][-1]["content"] for r in base.requests if r["messages"][0]["content"] == FINAL_RESPONSE_SYSTEM]
+def rewrite_prompts(base, system=FINAL_RESPONSE_SYSTEM):
+    return [r["messages"][-1]["content"] for r in base.requests if r["messages"][0]["content"] == system]
 
 
-def test_without_the_graph_prompt_relations_are_named_without_definitions_or_linked_content(servers):
+def test_without_the_graph_prompt_the_rewrite_sees_the_linked_content_and_no_relation_explanation(servers):
     base, _ = servers
     play(paper_graphif(servers), USERS)
-    full = rewrite_prompts(base)[1]
+    full = rewrite_prompts(base)
+    assert "Context-anchored (turn 2 -> turn 1)" in full[1] and "What it means:" in full[1]
+    assert "How it binds this answer: choose among the rivers named." in full[1]
+    assert "Turn 1, user: Name three rivers of Europe." in full[1]
     base.requests.clear()
-    ablated = paper_graphif(servers, graph_prompt=False)
-    play(ablated, USERS)
-    without = rewrite_prompts(base)[1]
-    for prompt in (full, without):  # the relation and what it binds: extracted either way
-        assert "Context-anchored (turn 2 -> turn 1)" in prompt and "choose among the rivers named" in prompt
-    assert "What it means:" in full and "Turn 1, user: Name three rivers of Europe." in full
-    assert "What it means:" not in without and "Turn 1, user:" not in without and "Turn 1, assistant:" not in without
-    assert ablated.variant() == "GraphIF w/o graph prompt"
-    assert ablated.protocol()["deviations"][1] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
+    policy = paper_graphif(servers, graph_prompt=False)
+    play(policy, USERS)
+    assert rewrite_prompts(base) == []  # the system message names no relation graph either
+    without = rewrite_prompts(base, ablated(FINAL_RESPONSE_SYSTEM))
+    # "only relevant dialogue content without semantic relation explanations" (Table 3): turn 1 is linked
+    # at turn 2 (context-anchored) and twice at turn 3 (modify, context-anchored), shown once
+    turn1 = "Turn 1, user: Name three rivers of Europe.\nTurn 1, assistant: revised answer"
+    assert without == [
+        f"User's request:\n{USERS[0]}\n\nRelevant earlier dialogue content for this request (turn 1): none.\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[0]}",
+        f"User's request:\n{USERS[1]}\n\nRelevant earlier dialogue content for this request (turn 2):\n{turn1}\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[1]}",
+        f"User's request:\n{USERS[2]}\n\nRelevant earlier dialogue content for this request (turn 3):\n{turn1}\n\n"
+        f"Draft answer:\ndraft answer to: {USERS[2]}",
+    ]
+    assert [len(n.relations) for n in policy.graph.nodes] == [0, 1, 2]  # relations are still extracted
+    assert policy.variant() == "GraphIF w/o graph prompt"
+    assert policy.protocol()["deviations"][1] == "graph_prompt=false: the paper's w/o-graph-prompt ablation (Table 3)"
 
 
 def served(server, role, **settings):
@@ -299,7 +319,7 @@ MADE_UP_SET = [
 def model_server(body):
     """One server for the backbone and the light model (the preset's light model is the backbone)."""
     system = body["messages"][0]["content"]
-    if system in (FINAL_RESPONSE_SYSTEM, REWRITE_SYSTEM) or body["messages"][0]["role"] != "system":
+    if system.startswith("You revise a draft answer") or body["messages"][0]["role"] != "system":
         return paper_base(body)
     try:
         return graphif_light({})(body["messages"])
@@ -383,6 +403,7 @@ def test_graphif_paper_replays_a_graphif_set_with_its_own_replies_and_the_golden
     assert [d.split(" ")[:3] for d in summary["protocol"]["deviations"]] == [
         ["the", "judge", "is"],
         ["WCSR", "weighs", "structural"],
+        ["judge", "canned-model:", "the"],  # the judge model is named
     ]
     assert f"policy: GraphIF\nnot GraphIF's setup:\n  - {PROMPTS}" in out
     assert summary["policy_cost"]["calls_per_turn"] == 5.0  # no relation found: 3 light + 2 base per turn
@@ -407,14 +428,17 @@ def test_graphif_with_golden_context_says_it_is_not_the_papers_setup(tmp_path):
     deviations = summary["protocol"]["deviations"]
     assert summary["protocol"]["paper"] == "GraphIF"
     assert [d.split(":")[0] for d in deviations[2:]] == [
+        "judge canned-model",
+        "metrics=ifgym",
         "judge_mode=plain",
         "judge_rule_items=false",
         "judge_max_retries=2",
         "context=golden",
         "judge_golden=false",
     ]
-    assert deviations[5].startswith("context=golden: reference answers as history")
-    assert deviations[6].startswith("judge_golden=false: the judge sees no reference answer")
+    assert deviations[3].startswith("metrics=ifgym: WCSR is the released script's per-turn mean")
+    assert deviations[7].startswith("context=golden: reference answers as history")
+    assert deviations[8].startswith("judge_golden=false: the judge sees no reference answer")
     assert "not GraphIF's protocol:\n  - the judge is ifgym's checklist judge" in out
     assert "env.context=golden: GraphIF's runs use" not in out
 
@@ -430,7 +454,7 @@ def test_act_of_a_graphif_run_on_ntm_is_the_wrappers_own_count(servers):
 
     base, light = servers
     policy = paper_graphif(servers)
-    env = gym.make("ifgym/NTM-v0", dataset=DATA / "ntm" / "made_up.jsonl", judge="rules", allow_unjudged=True)
+    env = gym.make("ifgym/NTM-v1", dataset=DATA / "ntm" / "made_up.jsonl", judge="rules", allow_unjudged=True)
     episode = rollout(env, policy, seed=1)  # the 15-turn dialogue
     sent = [c.context_tokens for c in policy.costs]
     drafts = [r for r in base.requests if r["messages"][0]["content"] != FINAL_RESPONSE_SYSTEM]

@@ -182,30 +182,66 @@ def test_eval_refuses_a_judge_below_the_floor_and_names_the_override(tmp_path, c
     assert not (tmp_path / "run" / "e.jsonl").exists()  # no episode was played
 
 
-def test_trust_runs_a_failing_judge_and_records_it(tmp_path, capsys, monkeypatch):
+def gold_requests(server):
+    """How many requests to `server` carried a gold-set text (the audit's, not the episodes')."""
+    gold_texts = [t["text"] for t in load_gold()["evolif"]["texts"]]
+    return sum(any(t in m["content"] for t in gold_texts for m in r["messages"]) for r in server.requests)
+
+
+def test_trust_skips_the_audit_and_records_that_it_did(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
     with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
         assert main(eval_args(server, tmp_path, "judge.trust=true")) == 0
+        assert gold_requests(server) == 0  # no audit call at all
+    out = capsys.readouterr().out
+    judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
+    assert judge["trust"] is True and judge["audit"] is None and judge["audit_skipped"] == "judge.trust=true"
+    assert judge["mode"] == "blind" and judge["model"] == "canned-model"
+    assert "not audited (judge.trust=true)" in out
+
+
+def test_trust_records_an_audit_already_known_without_running_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
+        assert main(eval_args(server, tmp_path / "refused")) == 2  # audited and refused: the audit is cached
+        audited = gold_requests(server)
+        assert main(eval_args(server, tmp_path, "judge.trust=true")) == 0
+        assert gold_requests(server) == audited  # the cached audit is recorded, not run again
     out = capsys.readouterr().out
     judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
     assert judge["trust"] is True and judge["trusted_below_floor"] is True and judge["audit"]["passed"] is False
-    assert judge["mode"] == "blind" and judge["audit"]["set"] == "short"
+    assert judge["audit"]["cached"] is True and judge["audit"]["set"] == "short"
     assert "audit (short gold set, evolif) FAILED" in out
+
+
+def test_a_shipped_audit_refuses_at_once(tmp_path, capsys, monkeypatch):
+    """A judge whose audit ships with ifgym (the packaged embedded judge's) is refused with no model call."""
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
+    shipped = tmp_path / "shipped"
+    monkeypatch.setattr("ifgym.rewards.audit.SHIPPED_AUDITS", shipped)
+    with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
+        assert main(eval_args(server, tmp_path / "first")) == 2
+        # what the project measured and shipped: the audit under its key, and no cache on this machine
+        (cached,) = (tmp_path / "cache" / "judge-audit").glob("*.json")
+        shipped.mkdir()
+        cached.rename(shipped / cached.name)
+        capsys.readouterr()
+        before = len(server.requests)
+        assert main(eval_args(server, tmp_path / "second")) == 2
+        assert len(server.requests) == before  # refused before any call: no audit, no episode
+    err = capsys.readouterr().err
+    assert "(shipped with ifgym)" in err and "fails its audit" in err and "judge.trust=true" in err
+    assert not (tmp_path / "second" / "run" / "e.jsonl").exists()
 
 
 def test_a_passing_judge_is_audited_once_and_recorded(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
-    gold_texts = [t["text"] for t in load_gold()["evolif"]["texts"]]
-
-    def audit_requests(server):
-        return sum(any(t in m["content"] for t in gold_texts for m in r["messages"]) for r in server.requests)
-
     with CannedServer(gold_or(blind_neutral)) as server:
         assert main(eval_args(server, tmp_path)) == 0
-        assert audit_requests(server) > 0
-        before = audit_requests(server)
+        assert gold_requests(server) > 0
+        before = gold_requests(server)
         assert main(eval_args(server, tmp_path / "again")) == 0
-        assert audit_requests(server) == before  # the second run read the audit from the cache
+        assert gold_requests(server) == before  # the second run read the audit from the cache
     out = capsys.readouterr().out
     summary = json.loads((tmp_path / "again" / "run" / "summary.json").read_text())
     audit_record = summary["judge"]["audit"]
@@ -295,3 +331,26 @@ def test_judge_llm_without_a_url_says_the_embedded_model_judges_and_prints_its_a
     else:
         judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
         assert code == 0 and judge["audit"]["passed"]
+
+
+def test_the_embedded_judges_shipped_flexbench_audit_refuses_before_any_model_call(tmp_path, capsys, monkeypatch):
+    """`ifgym eval env=flexbench judge=llm` without a URL: the packaged judge's measured audit, no audit run."""
+    from omegaconf import OmegaConf
+
+    from ifgym.cli import compose
+    from ifgym.llm import make_client
+    from ifgym.rewards.audit import SHIPPED_AUDITS, audit_key, known_audit
+
+    monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))  # nothing cached on this machine
+    judge = OmegaConf.to_container(compose(["judge=llm"]).judge, resolve=True)
+    client = make_client(judge["llm"], "judge_audit", "judge.llm")  # the embedded Qwen, not loaded
+    report = known_audit(audit_key(client, ["flexbench"], {"flexbench": "plain"}))
+    assert report["shipped"] and report["cache_path"].startswith(str(SHIPPED_AUDITS))
+    # measured with benchmarks/judge_audits.py: 15 items, accuracy 0.333, yes to 0.875 of the negatives
+    assert report["passed"] == {"flexbench": False} and report["suites"]["flexbench"]["items"] == 15
+    assert report["judge"]["embedded_model"] == "qwen2.5-coder-1.5b"  # its key also holds the file's sha256
+    code = main(["eval", "env=flexbench", "judge=llm", "policy=scripted", "episodes=1", "progress=false"])
+    err = capsys.readouterr().err
+    assert code == 2 and "(shipped with ifgym)" in err and "the embedded judge (" in err and "fails its audit" in err
+    assert "accuracy 0.333 < 0.75" in err and "judge.llm.base_url=URL" in err
+    assert not (tmp_path / "cache" / "judge-audit").exists()  # nothing was audited here

@@ -141,7 +141,8 @@ def test_eval_refuses_an_always_yes_checklist_judge_on_the_real_suite(tmp_path, 
 def test_trust_records_the_real_audit_and_the_results_print_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("IFGYM_CACHE", str(tmp_path / "cache"))
     with CannedServer(lambda body: yes_sayer(body["messages"])) as server:
-        assert main(structflow_eval(server, tmp_path, "judge.trust=true")) == 0
+        assert main(structflow_eval(server, tmp_path / "refused")) == 2  # the audit runs once and is cached
+        assert main(structflow_eval(server, tmp_path, "judge.trust=true")) == 0  # trust records the known audit
     out = capsys.readouterr().out
     judge = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]
     real = judge["real_audit"]

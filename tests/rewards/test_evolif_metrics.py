@@ -293,3 +293,33 @@ def test_rec_script_mean_carries_the_scripts_edge_values() -> None:
     assert metrics.recovery_script([patience, clean]) == pytest.approx(1 / 6)  # (1/3 + 0) / 2
     assert metrics.recovery([patience, clean]) == pytest.approx(2 / 3)  # (1/3 + 1) / 2
     assert math.isnan(metrics.recovery_script([patience, _dialogue("PPF", "script_end")]))  # one NaN spoils it
+
+
+# env=evolif_paper: a dialogue with no failure that has a next turn (ifgym's 0/0) counts as score.py counts
+# a dialogue without failures (0 / -1 = -0.0, i.e. 0), and so does the P P F case, where the script's mean is NaN
+PAPER_REC = [
+    ("PFPFFF", "patience", 1 / 3),  # the script's own number where it is sound: 1 / (6 - 2 - 1)
+    ("PPP", "script_end", 0.0),  # no failure: 0, as score.py prints (ifgym's default: 1.0)
+    ("PPF", "script_end", 0.0),  # the only failure has no next turn: 0 recoveries of 0 -> 0
+    ("F", "patience", 0.0),  # one failed turn, then the end
+    ("PFP", "script_end", 1.0),  # 1 recovered of 1 (the script's 1 / 0 = inf is not followed)
+]
+
+
+@pytest.mark.parametrize(("pattern", "done", "rec"), PAPER_REC)
+def test_evolif_paper_rec_follows_score_py_on_the_zero_over_zero_case(pattern: str, done: str, rec: float) -> None:
+    dialogue = _dialogue(pattern, done)
+    assert metrics.summarize_paper([dialogue])["REC"] == rec
+    ratios = metrics.summary_ratios_paper([metrics.episode_row(dialogue)])["REC"]
+    assert ratios[0][0] / ratios[1][0] == rec  # the bootstrap's fast path agrees
+
+
+def test_evolif_paper_rec_averages_every_dialogue_and_leaves_the_rest_alone() -> None:
+    patience, clean = _dialogue("PFPFFF", "patience"), _dialogue("PPP", "script_end")
+    paper, ours = metrics.summarize_paper([patience, clean]), metrics.summarize([patience, clean])
+    assert paper["REC"] == pytest.approx(1 / 6)  # (1/3 + 0) / 2, what score.py prints for these two
+    assert ours["REC"] == pytest.approx(2 / 3)  # (1/3 + 1) / 2
+    assert {k: v for k, v in paper.items() if k != "REC"} == {k: v for k, v in ours.items() if k != "REC"}
+    assert metrics.summarize_paper([_dialogue("F", "patience")] * 2)["REC"] == 0.0  # never n/a, where ifgym says n/a
+    assert metrics.HEADLINE_METRIC == "STA"  # EvolIF's holistic metric leads, in every preset
+    assert "score.py" in metrics.PAPER_DEFINITIONS["REC"]

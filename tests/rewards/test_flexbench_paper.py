@@ -135,6 +135,21 @@ def test_protocol_names_every_difference_of_an_offline_paper_run():
         assert fragment in text
 
 
+def test_the_callers_patience_is_named_as_ifgyms_and_the_preset_turns_it_off():
+    from omegaconf import OmegaConf
+
+    from ifgym.cli import compose
+
+    persona = gym.make("ifgym/FlexBench-v0", metrics="paper").unwrapped.protocol()
+    said = [d for d in persona["deviations"] if d.startswith("patience=persona")]
+    assert len(said) == 1 and "the paper's callers have no patience: env.patience=null" in said[0]
+    off = gym.make("ifgym/FlexBench-v0", metrics="paper", patience=None).unwrapped.protocol()
+    assert not any(d.startswith("patience=") for d in off["deviations"]) and off["caller_patience"] is None
+    assert OmegaConf.to_container(compose(["env=flexbench_paper"]).env)["patience"] is None
+    # the evaluated model's decoding the paper states (§5.1), for the results table's decoding line
+    assert persona["paper_decoding"]["temperature"] == 0.3
+
+
 def test_bad_metrics_name_suggests_the_fix():
     with pytest.raises(UnknownNameError, match="paper"):
         gym.make("ifgym/FlexBench-v0", metrics="papers")

@@ -182,6 +182,29 @@ def test_retries_are_bounded_and_the_error_names_the_tries_and_temperatures():
     assert [r["temperature"] for r in requests] == [0.2, 0.4, 0.6]
 
 
+def test_the_env_says_the_judge_model_builds_the_dimensions_and_which_keys_to_change(tmp_path):
+    sop = tmp_path / "payco.md"
+    sop.write_text(f"---\nopening_line: Hello from PayCo.\n---\n{PAPER_SOP}\n")
+    answer = paper_answerer(bad_then("segmentation", "no", "still no", "nope"))
+    with CannedServer(lambda body: answer(body["messages"]), model="tiny-judge") as server:
+        judge = {"base_url": server.base_url, "model": "tiny-judge", "api_key_env": None, "max_retries": 0}
+        with pytest.raises(DataFormatError) as exc:
+            gym.make(
+                "ifgym/FlexBench-v0",
+                sop=str(sop),
+                dimensions="build",
+                pipeline="paper",
+                judge="llm",
+                judge_llm=judge,
+                user="llm",
+                user_llm=judge,  # never called: the dimensions are built first
+            )
+    message = str(exc.value)
+    assert "the judge model builds them, and tiny-judge" in message and server.base_url in message  # the role
+    assert "judge.llm.model=NAME" in message and "env.dimensions=null" in message  # the keys that fix it
+    assert "could not produce segments after 3 tries" in message  # the pipeline's own account stays
+
+
 def never_complete(messages, n):
     return json.dumps({"complete": False, "missing": ["Never quote fees."], "invented": []})
 

@@ -16,12 +16,21 @@ import ifgym  # noqa: F401
 from ifgym.core import ChecklistItem, TurnSpec
 from ifgym.core.constraints import Constraint
 from ifgym.core.structflow import TYPE_WEIGHTS
+from ifgym.core.tasks import task as registered_task
 from ifgym.errors import ConfigError, DataFormatError
 from ifgym.llm import CannedClient, LLMConfig
 from ifgym.policies import ScriptedPolicy
 from ifgym.rewards.structflow.judge import ChecklistJudge, parse_judgements
-from ifgym.rewards.structflow.metrics import TurnRow, compute_metrics, score_file
+from ifgym.rewards.structflow.metrics import (
+    TurnRow,
+    compute_metrics,
+    score_file,
+    summarize_rows,
+    summarize_rows_paper,
+    summary_ratios_paper,
+)
 from ifgym.rewards.structflow.scorer import StructFlowScorer
+from ifgym.rewards.tasks import STRUCTFLOW_PAPER
 from ifgym.runner.rollout import rollout
 from ifgym.simulators.structflow import DATASETS
 
@@ -362,6 +371,26 @@ def test_metric_table(rows, expected):
     m = compute_metrics(rows)
     for key, value in expected.items():
         assert m[key] == pytest.approx(value, nan_ok=True), key
+
+
+def test_the_paper_presets_wcsr_is_the_pooled_equation_and_the_scripts_keeps_its_own_name():
+    # turn 1: Content yes (1), follow-up no (2), summary no (2): 1 of weight 5; turn 2: Content yes (1): 1 of 1.
+    # StructFlowBench §3.5 / GraphIF eq. 10 pool over the items: (1 + 1) / (5 + 1) = 1/3;
+    # the released script averages the turns: (1/5 + 1/1) / 2 = 0.6
+    rows = [(row(["yes", "no", "no"], [C, F, SUM], task="Casual Chat"), row(["yes"], [C], task="Casual Chat"))]
+    script, paper = summarize_rows(rows), summarize_rows_paper(rows)
+    assert script["WCSR"] == pytest.approx(0.6) and script["WCSR_pooled"] == pytest.approx(1 / 3)
+    assert "WCSR_per_turn" not in script
+    assert paper["WCSR"] == pytest.approx(1 / 3) and paper["WCSR_pooled"] == pytest.approx(1 / 3)
+    assert paper["WCSR_per_turn"] == pytest.approx(0.6)
+    assert paper["task/Casual Chat/WCSR"] == pytest.approx(1 / 3)  # every breakdown follows the equation
+    assert script["task/Casual Chat/WCSR"] == pytest.approx(0.6)
+    assert {k: v for k, v in paper.items() if "WCSR" not in k} == {k: v for k, v in script.items() if "WCSR" not in k}
+    # the bootstrap's fast path names them alike: WCSR is weight met / weight, WCSR_per_turn turn values / turns
+    (num, den), (turn_num, turn_den) = summary_ratios_paper(rows)["WCSR"], summary_ratios_paper(rows)["WCSR_per_turn"]
+    assert (num[0], den[0]) == (2, 6) and (turn_num[0], turn_den[0]) == pytest.approx((1.2, 2))
+    assert STRUCTFLOW_PAPER.headline_metric == "WCSR" and "WCSR_per_turn" in STRUCTFLOW_PAPER.headline
+    assert registered_task("structflow_paper") is STRUCTFLOW_PAPER  # an episodes file names it; readers find it
 
 
 def test_breakdowns_by_type_task_user_and_relation():

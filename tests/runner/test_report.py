@@ -228,9 +228,10 @@ def test_results_table_marks_the_headline_defines_every_metric_and_says_why_n_a(
     summary = summary_of(episodes) | {"headline_metric": env.task.headline_metric, "definitions": env.task.definitions}
     text = results_table(summary)
     rows = {line.split()[0]: line for line in text.splitlines() if line and line.split()[0] in summary["strict"]}
-    assert rows["REC"].split()[1:4] == ["*", "n/a", "n/a"]  # marked as the headline, unmeasured strict and loose
+    assert rows["STA"].split()[1] == "*"  # EvolIF's holistic metric, marked as the headline
+    assert rows["REC"].split()[1:3] == ["n/a", "n/a"]  # unmeasured strict and loose
     assert rows["episodes"].split()[1] == "3" and rows["CSR"].split()[1] == "0.000"  # a count is a count
-    assert "* headline metric: REC" in text
+    assert "* headline metric: STA" in text
     for name in ("CSR", "ISR", "EDR_len", "EDR_acc", "EDR_succ", "EDR_lss", "REC", "STA", "loose"):
         assert f"  {name}: " in text
     assert "n/a: REC had nothing to measure in this run" in text
@@ -284,6 +285,27 @@ def test_a_sweep_shows_the_headline_metric_first_in_its_table_and_plot(tmp_path)
     ]
     files = write_sweep(jobs, tmp_path)
     header = files["table_text"].splitlines()[1]
-    assert header.split("|")[5].strip() == "REC (strict)"  # REC was not among the first four before
-    assert "strict/REC" in files["sweep_table"].read_text(encoding="utf-8").splitlines()[0]
+    assert header.split("|")[5].strip() == "STA (strict)"  # STA was not among the first four before
+    assert "strict/STA" in files["sweep_table"].read_text(encoding="utf-8").splitlines()[0]
     assert files["sweep_plot"].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_results_table_names_the_decoding_and_any_difference_from_the_papers():
+    from ifgym.runner.summarize import policy_decoding
+
+    chat = {"kind": "chat", "llm": {"temperature": 0.0, "top_p": None, "max_tokens": 1024, "extra": {}}}
+    wrapped = {"kind": "truncation", "base": "chat", "llm": {"temperature": 0.7, "top_p": 0.8, "max_tokens": 2048}}
+    local = {"kind": "transformers", "transformers": {"temperature": 0.0, "top_p": None, "max_new_tokens": 128}}
+    assert policy_decoding(chat) == {"temperature": 0.0, "top_p": None, "max_tokens": 1024}
+    assert policy_decoding(wrapped) == {"temperature": 0.7, "top_p": 0.8, "max_tokens": 2048}
+    assert policy_decoding(local) == {"temperature": 0.0, "top_p": None, "max_tokens": 128}
+    assert policy_decoding({"kind": "scripted"}) is None  # fixed replies decode nothing
+    flexbench = {"paper": "FlexBench", "paper_decoding": {"temperature": 0.3, "stated": "FlexBench §5.1: at 0.3"}}
+    summary = {"strict": {}, "loose": {}, "protocol": flexbench, "decoding": policy_decoding(chat)}
+    lines = results_table(summary).splitlines()
+    at = lines.index("decoding (model under test): temperature 0, top_p server default, max_tokens 1024")
+    assert lines[at + 1] == "  - not the paper's decoding: FlexBench §5.1: at 0.3 (policy.llm.temperature=0.3)"
+    same = results_table({**summary, "decoding": {**summary["decoding"], "temperature": 0.3}})
+    assert "not the paper's decoding" not in same  # at the paper's temperature nothing more is said
+    evolif = {"paper": "EvolIF", "paper_decoding": {"stated": "EvolIF ran each model at its defaults"}}
+    assert "  - EvolIF ran each model at its defaults" in results_table({**summary, "protocol": evolif})

@@ -105,12 +105,13 @@ def test_both_forms_load_and_every_item_keeps_its_type(tmp_path):
     assert d1.turns[1].checklist[0].question == 'Does the response avoid the word "dragon"?'
     assert d1.turns[1].checklist[1].question == "Does it retell Round 0's story?"
     assert "\n" in d1.turns[2].checklist[1].question
-    # structural types weigh 2 and are structural; Instruction/instruction/Global weigh 1, intra-turn
+    # structural types and Global (inter-turn, as GraphIF counts global constraints) weigh 2;
+    # Instruction/instruction weigh 1, intra-turn
     kinds = {(i.type, i.kind, i.weight) for d in dialogues for t in d.turns for i in t.checklist}
     assert kinds == {
         ("Instruction", "intra", 1.0),
         ("instruction", "intra", 1.0),
-        ("Global", "intra", 1.0),
+        ("Global", "structural", 2.0),
         ("follow-up", "structural", 2.0),
         ("summary", "structural", 2.0),
         ("modify", "structural", 2.0),
@@ -146,17 +147,19 @@ def test_replay_with_golden_history_and_metrics_per_dialogue_and_type(tmp_path):
     assert [m["content"] for m in obs if m["role"] == "assistant"] == [t["sys"] for t in MTEVAL_STYLE["conv"]]
     per_dialogue = dialogue_metrics(episodes)
     # graphif-1: t0 [yes]; t1 [Global yes, follow-up no (names Round 0)]; t2 [summary no, Global yes]
-    # CSR (1 + 1/2 + 1/2)/3, ISR 1/3, WCSR (1 + 1/3 + 1/3)/3 with structural weight 2, DRFR 3/5
-    assert per_dialogue["graphif-1"] == pytest.approx({"CSR": 2 / 3, "ISR": 1 / 3, "WCSR": 5 / 9, "DRFR": 3 / 5})
+    # CSR (1 + 1/2 + 1/2)/3, ISR 1/3, WCSR (1 + 2/4 + 2/4)/3 with Global and structural weight 2, DRFR 3/5
+    assert per_dialogue["graphif-1"] == pytest.approx({"CSR": 2 / 3, "ISR": 1 / 3, "WCSR": 2 / 3, "DRFR": 3 / 5})
     assert per_dialogue["graphif-2"] == pytest.approx({"CSR": 1.0, "ISR": 1.0, "WCSR": 1.0, "DRFR": 1.0})
     s = summarize(episodes)
     # per type: Global 4 of 4, follow-up 0 of 1, summary 0 of 1; the two spellings of instruction apart
     assert s["pass_rate/Global"] == 1.0 and s["pass_rate/follow-up"] == 0.0 and s["pass_rate/summary"] == 0.0
     assert s["pass_rate/Instruction"] == 1.0 and s["pass_rate/instruction"] == 1.0
     assert (s["type/Global/CSR"], s["type/Global/ISR"], s["type/follow-up/ISR"]) == (1.0, 1.0, 0.0)
-    # 11 items (5 + 6), 9 yes: DRFR 9/11. Weights 7 + 8 (4 structural items weigh 2); satisfied weight
-    # 3 (graphif-1: Instruction, Global, Global) + 8 (all of graphif-2): WCSR_pooled 11/15
-    assert s["items"] == 11 and s["DRFR"] == pytest.approx(9 / 11) and s["WCSR_pooled"] == pytest.approx(11 / 15)
+    # 11 items (5 + 6), 9 yes: DRFR 9/11. Weights 9 + 10 (4 structural and 4 Global items weigh 2);
+    # satisfied weight 5 (graphif-1: Instruction, Global, Global) + 10 (all of graphif-2): WCSR_pooled 15/19
+    assert s["items"] == 11 and s["DRFR"] == pytest.approx(9 / 11) and s["WCSR_pooled"] == pytest.approx(15 / 19)
+    # the per-turn mean: graphif-1's 1, 1/2, 1/2 and graphif-2's three 1s
+    assert s["WCSR"] == pytest.approx((1 + 0.5 + 0.5 + 3) / 6)
 
 
 def test_the_judge_names_the_turns_as_graphifs_questions_do(tmp_path):
