@@ -23,13 +23,15 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     from ifgym.llm import make_client
     from ifgym.rewards.audit import cached_audit, format_report
 
-    if judge_cfg["kind"] != "llm":
-        return {"kind": judge_cfg["kind"]}
+    kind = judge_cfg["kind"]
+    if kind not in ("llm", "learned"):
+        return {"kind": kind}
     judge = getattr(env.scorer, "judge", None)
     suite = env.task.judge_suite
     if judge is None or suite is None:
-        return {"kind": "llm", "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
-    if judge_cfg["llm"]["base_url"] is None:
+        return {"kind": kind, "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
+    learned = kind == "learned"
+    if not learned and judge_cfg["llm"]["base_url"] is None:
         print(
             f"judge=llm without judge.llm.base_url: the embedded model ({judge.client.model}) is the judge. "
             "Its audit on ifgym's gold set follows; pass judge.llm.base_url=... judge.llm.model=... for a "
@@ -38,9 +40,9 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         )
     # a checklist judge is audited on real replies first (StructFlowBench's own verdicts), then on the hand-written set
     suites = ["structflow_real", suite] if suite == "structflow" else [suite]
-    # a client of its own, so the run's judge usage counts the episodes only
+    # a client of its own, so the run's judge usage counts the episodes only; the learned judge is its own client
     report = cached_audit(
-        make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
+        judge if learned else make_client(judge_cfg["llm"], "judge_audit", "judge.llm"),
         suites=suites,
         modes=dict.fromkeys(suites, judge.mode),
         progress=progress,
@@ -50,7 +52,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
     numbers["groups"] = {g: dict(v) for g, v in report["suites"][suite]["groups"].items()}
     record = {
-        "kind": "llm",
+        "kind": kind,
         "model": report["judge"].get("model"),
         "mode": judge.mode,
         **({"threshold": judge.threshold} if judge.mode == "probability" else {}),
@@ -84,7 +86,8 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     failures = [f"{s}: {f}" for s in suites for f in report["failures"][s]]
     if failures:
         if not record["trust"]:
-            raise ConfigError(audit_refusal(record, failures, embedded=judge_cfg["llm"]["base_url"] is None))
+            embedded = not learned and judge_cfg["llm"]["base_url"] is None
+            raise ConfigError(audit_refusal(record, failures, embedded=embedded))
         record["trusted_below_floor"] = True
     return record
 
@@ -97,6 +100,13 @@ def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None,
     """
     failures = "; ".join(failures if failures is not None else record["audit"]["failures"])
     which = f"{record['model']}, mode {record['mode']}"
+    if record.get("kind") == "learned":
+        return (
+            f"the learned checklist judge ({record['model']}) fails its audit on real replies: {failures}. Its "
+            "verdicts would disagree with the benchmark's judge too often (docs/learned_judge.md): serve a judge and "
+            "pass judge=llm judge.llm.base_url=URL judge.llm.model=NAME, or pass judge.trust=true to run anyway "
+            "(recorded in the summary as trusted below the floor)"
+        )
     if embedded:
         return (
             f"the embedded judge ({which}) fails its audit: {failures}. A small local model "
@@ -114,7 +124,7 @@ def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None,
 def audit_lines(judge: dict[str, Any]) -> list[str]:
     """The judge record as the lines printed under the results table (the real-suite agreement first)."""
     audit = judge.get("audit")
-    if judge.get("kind") != "llm" or not audit:
+    if judge.get("kind") not in ("llm", "learned") or not audit:
         return []
 
     def num(value: Any) -> str:
