@@ -189,10 +189,16 @@ def judge_audit(args: list[str], compose_judge: Callable[[list[str]], dict[str, 
         if skipped:  # a mode names one judge's way of asking; the other suites' judges have no such mode
             print(f"judge.mode={judge_cfg['mode']} is not a mode of {', '.join(skipped)}: skipped", file=sys.stderr)
             suites = [s for s in suites if s not in skipped]
-    if judge_cfg["llm"]["base_url"] is None:
-        print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
-    client = make_client(judge_cfg["llm"], "judge", "judge.llm")
     threshold = judge_cfg.get("threshold")
+    if judge_cfg["kind"] == "learned":  # no model server: the judge itself stands where the client goes
+        from ifgym.rewards.structflow.learned import LearnedChecklistJudge
+
+        client = LearnedChecklistJudge(threshold=threshold)
+        threshold = None
+    else:
+        if judge_cfg["llm"]["base_url"] is None:
+            print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
+        client = make_client(judge_cfg["llm"], "judge", "judge.llm")
     if "calibrate" in options:  # the P(yes) threshold from the dev split, then the audit with it
         if options["calibrate"] != "dev" or judge_cfg["mode"] != "probability":
             raise ConfigError(
