@@ -18,7 +18,6 @@ audit (`ifgym.rewards.audit`) measures it on the real suite like any other judge
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
@@ -35,6 +34,7 @@ import numpy as np
 from ifgym.core import ChecklistItem, Verdict
 from ifgym.core.structflow import ITEM_TYPES
 from ifgym.errors import BackendError, ConfigError, DataFormatError
+from ifgym.llm.conversation import awaits_blocking
 
 __all__ = [
     "EMBED_INSTALL",
@@ -484,13 +484,4 @@ class LearnedChecklistJudge:
             for p in probabilities
         ]
 
-    async def ajudge(
-        self,
-        reply: str,
-        items: Sequence[ChecklistItem],
-        history: Sequence[Mapping[str, str]] | None = None,
-        golden: str | None = None,
-        rounds: bool = False,
-    ) -> list[Verdict]:
-        """`judge` in a worker thread (the embedding is CPU work)."""
-        return await asyncio.to_thread(self.judge, reply, items, history, golden, rounds)
+    ajudge = awaits_blocking("judge", in_thread=True)  # the embedding is CPU work: other episodes go on meanwhile
