@@ -173,7 +173,7 @@ class PolicyConf:
 class JudgeConf:
     """How replies are scored."""
 
-    kind: str = _help("rules | llm", "rules")
+    kind: str = _help("rules | llm | learned (StructFlow's checklists, offline: docs/learned_judge.md)", "rules")
     llm: LLMConf = _help("judge model (kind=llm)", default_factory=LLMConf)
     mode: str | None = _help(
         "LLM judge mode; null = the env's default. EvolIF: blind | rating; StructFlow, FlexBench: plain | evidence; "
@@ -181,7 +181,9 @@ class JudgeConf:
         None,
     )
     threshold: float | None = _help(
-        "mode=probability: P(yes) at or above it is yes; null = 0.5 (`ifgym judge-audit calibrate=dev` fits one)", None
+        "mode=probability: P(yes) at or above it is yes; null = 0.5 (`ifgym judge-audit calibrate=dev` fits one); "
+        "kind=learned: null = the one tuned with its weights",
+        None,
     )
     trust: bool = _help("run even when the judge fails its audit (recorded in the summary)", False)
 

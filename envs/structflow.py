@@ -34,7 +34,7 @@ PAPER_PROTOCOL: dict[str, Any] = {
 PAPER_JUDGE = "gpt-4o"
 GENERATORS = ("template", "llm")
 METRICS = ("ifgym", "paper")
-JUDGES = ("rules", "llm")
+JUDGES = ("rules", "llm", "learned")
 
 
 def _by_rule(dialogue: Any) -> bool:
@@ -79,8 +79,10 @@ class StructFlowEnv(ChatEnv):
     every item is yes, else 0. Items that carry a rule-checkable constraint, or whose question a
     rule decides (word/sentence/paragraph counts, keywords to use or avoid, the opening or closing
     words: `ifgym.rewards.questions`), are decided by the rule; the others by the LLM judge
-    (`judge="llm"`); with `judge="rules"` they are `unknown` (in particular every structural
-    item). `"weighted"` and `"fraction"` count unknown items as neither; `"all_pass"` gives 0 to
+    (`judge="llm"`), or by the checklist judge learned from StructFlowBench's GPT-4o verdicts
+    (`judge="learned"`, no model server: `ifgym.rewards.structflow.learned`, docs/learned_judge.md; its
+    P(yes) cut is `judge_threshold`); with `judge="rules"` they are `unknown` (in particular every
+    structural item). `"weighted"` and `"fraction"` count unknown items as neither; `"all_pass"` gives 0 to
     a turn with an unknown item (it is not known to pass), where the ISR metric leaves such a turn
     out. A turn whose items are all unknown gets 0 with `info["reward_defined"]` False;
     `info["unknown"]` counts unknown items. A turn with an empty checklist gets 1 (nothing to
@@ -112,7 +114,7 @@ class StructFlowEnv(ChatEnv):
     | `dataset` | `None` | `"structflowbench"` (packaged), or a StructFlowBench or GraphIF file; None = generate |
     | `context` | `None` | `"golden"` (reference answers as history) or `"own"`; None = see Observation Space |
     | `generator` | `"template"` | without a dataset: `"template"` (offline) or `"llm"` (needs `user_llm`) |
-    | `judge` | `"rules"` | `"rules"` (rule-checkable items only; the rest unknown) or `"llm"` |
+    | `judge` | `"rules"` | `"rules"` (rule items only; the rest unknown), `"llm"`, `"learned"` (see Rewards) |
     | `allow_unjudged` | `False` | True: replay with `judge="rules"` even when it scores nothing (see Rewards) |
     | `judge_llm`, `user_llm` | `None` | client, `LLMConfig` or mapping; `None` = the embedded model |
     | `judge_mode` | `"plain"` | checklist judge: `"plain"`, `"evidence"` (Yes quotes), `"paper"`, `"probability"` |
@@ -177,6 +179,7 @@ class StructFlowEnv(ChatEnv):
         env_name: str | None = None,
     ):
         from ifgym.rewards.structflow.judge import ChecklistJudge
+        from ifgym.rewards.structflow.learned import LearnedChecklistJudge
         from ifgym.rewards.structflow.scorer import StructFlowScorer
         from ifgym.simulators.structflow import (
             LLMDialogueGenerator,
@@ -252,17 +255,17 @@ class StructFlowEnv(ChatEnv):
         self.graphif_sets = dataset is not None and all(d.meta.get("format") == "graphif" for d in dialogues)
         self.replayed = len(dialogues) if dataset is not None else 0  # a replay picks dialogue seed % replayed
         self.dataset = str(dataset) if dataset is not None else None
-        judge_obj = (
-            ChecklistJudge(
+        judge_obj: Any = None
+        if judge == "llm":
+            judge_obj = ChecklistJudge(
                 resolve_client(judge_llm, "judge"),
                 mode=judge_mode,
                 max_retries=judge_max_retries,
                 max_tokens=judge_max_tokens,
                 threshold=judge_threshold,
             )
-            if judge == "llm"
-            else None
-        )
+        elif judge == "learned":
+            judge_obj = LearnedChecklistJudge(threshold=judge_threshold)
         super().__init__(
             task=STRUCTFLOW_PAPER if metrics == "paper" else STRUCTFLOW,
             user=user,
@@ -409,6 +412,12 @@ def _deviations(settings: Mapping[str, Any], judge: Any) -> list[str]:
     if judge is None:
         out.append(
             "judge=rules: only rule-checkable items are scored, the rest are unknown (the paper's judge is GPT-4o)"
+        )
+    elif settings["judge"] == "learned":
+        out.append(
+            f"judge=learned ({judge.model_name}): a logistic regression learned from StructFlowBench's released GPT-4o "
+            "verdicts, no model call (docs/learned_judge.md has its agreement with GPT-4o); rule-decidable questions "
+            "are decided by rules"
         )
     else:
         if settings["judge_mode"] != paper["judge_mode"]:

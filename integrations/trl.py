@@ -351,6 +351,10 @@ def _turn_reward(cfg: dict[str, Any]) -> Any:
 
 
 def _judge(cfg: dict[str, Any]) -> Any:
+    if cfg["judge"]["kind"] == "learned":  # offline: learned from StructFlowBench's GPT-4o verdicts
+        from ifgym.rewards.structflow.learned import LearnedChecklistJudge
+
+        return LearnedChecklistJudge(threshold=cfg["judge"].get("threshold"))
     if cfg["judge"]["kind"] != "llm":
         return None
     from ifgym.llm import make_client

@@ -64,6 +64,7 @@ from ifgym.rewards.checks import check
 __all__ = [
     "DEFAULT_MODES",
     "FLOOR",
+    "LEARNED_MODE",
     "GOLD_PATH",
     "REAL_FLOOR",
     "REAL_MATERIAL",
@@ -112,6 +113,9 @@ AXIS_CONSTRAINTS = {  # axis -> (constraint id, param, suffix added to the label
     "voice": ("style.register", "style", " voice"),
 }
 LABELS = ("yes", "no", "unknown")
+# The checklist judge learned from StructFlowBench's verdicts (`ifgym.rewards.structflow.learned`): no client;
+# audited by passing the judge itself where a client goes (or any client, and its options in `judge_options`).
+LEARNED_MODE = "learned"
 
 
 def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
@@ -122,9 +126,9 @@ def _modes() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     return (
         {
             "evolif": evolif_judge.MODES,
-            "structflow": structflow_judge.CHECKLIST_MODES,
+            "structflow": (*structflow_judge.CHECKLIST_MODES, LEARNED_MODE),
             "flexbench": flexbench.DIMENSION_MODES,
-            "structflow_real": structflow_judge.CHECKLIST_MODES,
+            "structflow_real": (*structflow_judge.CHECKLIST_MODES, LEARNED_MODE),
         },
         {
             "evolif": evolif_judge.DEFAULT_MODE,
@@ -525,7 +529,14 @@ def build_scorer(
         return EvolIFScorer(EvolIFJudge(client, mode=mode))
     if suite in ("structflow", "structflow_real"):
         from ifgym.rewards.structflow.judge import ChecklistJudge
+        from ifgym.rewards.structflow.learned import LearnedChecklistJudge
         from ifgym.rewards.structflow.scorer import StructFlowScorer
+
+        if mode == LEARNED_MODE:
+            given = client._client if isinstance(client, _OnceClient) else client
+            if isinstance(given, LearnedChecklistJudge):
+                return StructFlowScorer(given)
+            return StructFlowScorer(LearnedChecklistJudge(**dict(judge_options or {})))
 
         return StructFlowScorer(ChecklistJudge(client, mode=mode, **dict(judge_options or {})))
     from ifgym.rewards.flexbench import DimensionSet, FlexBenchScorer, LLMDimensionJudge

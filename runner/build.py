@@ -317,6 +317,8 @@ def build_env(env_cfg: dict[str, Any], judge_cfg: dict[str, Any], clients: dict[
                     "add judge.mode=probability, or drop judge.threshold"
                 )
             kwargs["judge_threshold"] = judge_cfg["threshold"]
+    elif judge_cfg["kind"] == "learned" and judge_cfg.get("threshold") is not None:
+        kwargs["judge_threshold"] = judge_cfg["threshold"]
 
     checks = _EnvChecks()
 

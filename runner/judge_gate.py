@@ -26,13 +26,15 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     from ifgym.llm import make_client
     from ifgym.rewards.audit import audit_key, cached_audit, format_report, known_audit
 
-    if judge_cfg["kind"] != "llm":
-        return {"kind": judge_cfg["kind"]}
+    kind = judge_cfg["kind"]
+    if kind not in ("llm", "learned"):
+        return {"kind": kind}
     judge = getattr(env.scorer, "judge", None)
     suite = env.task.judge_suite
     if judge is None or suite is None:
-        return {"kind": "llm", "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
-    if judge_cfg["llm"]["base_url"] is None:
+        return {"kind": kind, "audit": None, "note": f"{type(env).__name__} has no LLM judge to audit"}
+    learned = kind == "learned"
+    if not learned and judge_cfg["llm"]["base_url"] is None:
         print(
             f"judge=llm without judge.llm.base_url: the embedded model ({judge.client.model}) is the judge. "
             "Its audit on ifgym's gold set follows; pass judge.llm.base_url=... judge.llm.model=... for a "
@@ -41,8 +43,8 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         )
     # a checklist judge is audited on real replies first (StructFlowBench's own verdicts), then on the hand-written set
     suites = ["structflow_real", suite] if suite == "structflow" else [suite]
-    # a client of its own, so the run's judge usage counts the episodes only
-    client = make_client(judge_cfg["llm"], "judge_audit", "judge.llm")
+    # a client of its own, so the run's judge usage counts the episodes only; the learned judge is its own client
+    client = judge if learned else make_client(judge_cfg["llm"], "judge_audit", "judge.llm")
     modes = dict.fromkeys(suites, judge.mode)
     options = {"threshold": judge.threshold} if judge.mode == "probability" else None
     if judge_cfg.get("trust"):
@@ -50,8 +52,8 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
         if report is None:
             print("judge.trust=true: the judge runs unaudited (recorded in the summary)", file=sys.stderr)
             return {
-                "kind": "llm",
-                "model": judge.client.model,
+                "kind": kind,
+                "model": judge.model_name if learned else judge.client.model,
                 "mode": judge.mode,
                 "prompt_version": judge.prompt_version,
                 "suite": suite,
@@ -65,7 +67,7 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     numbers = {k: v for k, v in report["suites"][suite].items() if k not in ("verdicts", "groups")}
     numbers["groups"] = {g: dict(v) for g, v in report["suites"][suite]["groups"].items()}
     record = {
-        "kind": "llm",
+        "kind": kind,
         "model": report["judge"].get("model"),
         "mode": judge.mode,
         **({"threshold": judge.threshold} if judge.mode == "probability" else {}),
@@ -100,7 +102,8 @@ def audit_judge(env: Any, judge_cfg: dict[str, Any], progress: bool = True) -> d
     failures = [f"{s}: {f}" for s in suites for f in report["failures"][s]]
     if failures:
         if not record["trust"]:
-            raise ConfigError(audit_refusal(record, failures, embedded=judge_cfg["llm"]["base_url"] is None))
+            embedded = not learned and judge_cfg["llm"]["base_url"] is None
+            raise ConfigError(audit_refusal(record, failures, embedded=embedded))
         record["trusted_below_floor"] = True
     return record
 
@@ -113,6 +116,13 @@ def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None,
     """
     failures = "; ".join(failures if failures is not None else record["audit"]["failures"])
     which = f"{record['model']}, mode {record['mode']}"
+    if record.get("kind") == "learned":
+        return (
+            f"the learned checklist judge ({record['model']}) fails its audit on real replies: {failures}. Its "
+            "verdicts would disagree with the benchmark's judge too often (docs/learned_judge.md): serve a judge and "
+            "pass judge=llm judge.llm.base_url=URL judge.llm.model=NAME, or pass judge.trust=true to run anyway "
+            "(recorded in the summary as trusted below the floor)"
+        )
     if embedded:
         return (
             f"the embedded judge ({which}) fails its audit: {failures}. A small local model "
@@ -130,9 +140,9 @@ def audit_refusal(record: dict[str, Any], failures: Sequence[str] | None = None,
 def audit_lines(judge: dict[str, Any]) -> list[str]:
     """The judge record as the lines printed under the results table (the real-suite agreement first)."""
     audit = judge.get("audit")
-    if judge.get("kind") == "llm" and judge.get("audit_skipped"):
+    if judge.get("kind") in ("llm", "learned") and judge.get("audit_skipped"):
         return [f"judge: {judge.get('model')}, mode {judge.get('mode')}; not audited ({judge['audit_skipped']})"]
-    if judge.get("kind") != "llm" or not audit:
+    if judge.get("kind") not in ("llm", "learned") or not audit:
         return []
 
     def num(value: Any) -> str:
@@ -197,10 +207,16 @@ def judge_audit(args: list[str], compose_judge: Callable[[list[str]], dict[str, 
         if skipped:  # a mode names one judge's way of asking; the other suites' judges have no such mode
             print(f"judge.mode={judge_cfg['mode']} is not a mode of {', '.join(skipped)}: skipped", file=sys.stderr)
             suites = [s for s in suites if s not in skipped]
-    if judge_cfg["llm"]["base_url"] is None:
-        print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
-    client = make_client(judge_cfg["llm"], "judge", "judge.llm")
     threshold = judge_cfg.get("threshold")
+    if judge_cfg["kind"] == "learned":  # no model server: the judge itself stands where the client goes
+        from ifgym.rewards.structflow.learned import LearnedChecklistJudge
+
+        client = LearnedChecklistJudge(threshold=threshold)
+        threshold = None
+    else:
+        if judge_cfg["llm"]["base_url"] is None:
+            print("no judge.llm.base_url: auditing the embedded model", file=sys.stderr)
+        client = make_client(judge_cfg["llm"], "judge", "judge.llm")
     if "calibrate" in options:  # the P(yes) threshold from the dev split, then the audit with it
         if options["calibrate"] != "dev" or judge_cfg["mode"] != "probability":
             raise ConfigError(
