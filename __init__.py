@@ -18,10 +18,18 @@ def _interrupted_at_start_up(kind: type[BaseException], value: BaseException, tb
     _sys.__excepthook__(kind, value, tb)
 
 
+def _interrupt_in_clean_up(unraisable: object) -> None:
+    """A Ctrl-C that lands in an object's clean-up (a `__del__` while a run ends): the run's own handling tells it."""
+    if isinstance(getattr(unraisable, "exc_value", None), KeyboardInterrupt):
+        return
+    _sys.__unraisablehook__(unraisable)
+
+
 # run as the `ifgym` command (its console script, or `python -m ifgym.cli`): the first code it runs, before any
 # import of its own (os and sys are loaded with the interpreter)
 if _os.path.basename(_sys.argv[0]) == "ifgym" or _sys.orig_argv[1:3] == ["-m", "ifgym.cli"]:
     _sys.excepthook = _interrupted_at_start_up
+    _sys.unraisablehook = _interrupt_in_clean_up
 
 from pathlib import Path  # noqa: E402
 

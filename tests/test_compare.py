@@ -61,9 +61,9 @@ def test_compare_prints_paired_differences_and_writes_json(two_runs, tmp_path, c
         assert result["strict"]["EDR_len"]["p_value"] == 1.0
     # the two runs side by side (each with its own summary's values), beside the JSON
     assert f"plot: {out.with_suffix('.png')}" in printed and out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
-    # the headline metric (EvolIF's REC) is drawn first; the same policy on both sides: the folders tell them apart
+    # the headline metric (EvolIF's STA) is drawn first; the same policy on both sides: the folders tell them apart
     ((labels, metrics),) = drawn
-    assert metrics[0] == "REC" and labels == ["A: scripted (a)", "B: scripted (b)"]
+    assert metrics[0] == "STA" and labels == ["A: scripted (a)", "B: scripted (b)"]
 
 
 def test_compare_refuses_runs_with_different_env_settings(two_runs, tmp_path, capsys):

@@ -22,7 +22,13 @@ NOT_IN_YAML = {"judge", "judge_mode", "judge_llm", "user_llm", "render_mode", "e
 YAML_DEFAULTS = {
     "flexbench": {},
     "flexbench_llm": {"user": "llm"},
-    "flexbench_paper": {"user": "llm", "dimensions": "build", "pipeline": "paper", "metrics": "paper"},
+    "flexbench_paper": {
+        "user": "llm",
+        "dimensions": "build",
+        "pipeline": "paper",
+        "metrics": "paper",
+        "patience": None,
+    },
 }
 
 

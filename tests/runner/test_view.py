@@ -367,9 +367,9 @@ def test_view_of_a_scripted_eval_run(tmp_path, browser):
         )
     )
     counts = ("episodes", "turns", "failed_turns", "undetermined_turns", "unknown")  # whole numbers
-    assert summary["aliases"] == {"ROB": "STA"} and summary["headline_metric"] == "REC"
+    assert summary["aliases"] == {"ROB": "STA"} and summary["headline_metric"] == "STA"
     expected = {
-        k + (" *" if k == "REC" else ""): "n/a" if v is None else str(int(v)) if k in counts else f"{v:.3f}"
+        k + (" *" if k == "STA" else ""): "n/a" if v is None else str(int(v)) if k in counts else f"{v:.3f}"
         for k, v in summary["strict"].items()
         if k != "ROB"  # STA's earlier name: no row of its own
     }
